@@ -1,0 +1,1 @@
+"""trainer-metrics: Prometheus exporter for Kubeflow Trainer objects."""
