@@ -53,3 +53,16 @@ class TrainerSink(Protocol):
     def on_runtimes_changed(self) -> None:
         """The runtime snapshot changed; runtime_info must be re-read from it."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeInfo:
+    """Labels of one kubeflow_trainer_runtime_info series."""
+
+    namespace: str  # "" for ClusterTrainingRuntime
+    name: str
+    api_group: str
+    kind: str
+    ml_policy: str
+    pod_group_policy: str
+    framework: str
