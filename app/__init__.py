@@ -1,1 +1,3 @@
 """trainer-metrics: Prometheus exporter for Kubeflow Trainer objects."""
+
+__version__ = "0.1.0"

@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 ENV_PREFIX = "TRAINER_METRICS_"
 
@@ -41,7 +40,9 @@ class Settings(BaseSettings):
         description="Path of a kubeconfig file. Unset: in-cluster service account, else $KUBECONFIG, "
         "else ~/.kube/config.",
     )
-    kube_context: str | None = Field(default=None, description="kubeconfig context to use (default: current).")
+    kube_context: str | None = Field(
+        default=None, description="kubeconfig context to use (default: current)."
+    )
     namespaces: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated namespaces whose TrainJobs and TrainingRuntimes are watched; "
@@ -54,7 +55,8 @@ class Settings(BaseSettings):
     lease_namespace: str = Field(
         default_factory=_default_lease_namespace,
         min_length=1,
-        description="Namespace of the Lease (default: $POD_NAMESPACE, else the service account's, else default).",
+        description="Namespace of the Lease (default: $POD_NAMESPACE, else the service account's, "
+        "else default).",
     )
     identity: str = Field(
         default_factory=_default_identity,
@@ -62,17 +64,37 @@ class Settings(BaseSettings):
         description="This replica's identity in the Lease (default: $POD_NAME, else host_pid).",
     )
     lease_duration_seconds: float = Field(default=15.0, gt=0, description="How long a Lease is valid.")
-    renew_deadline_seconds: float = Field(default=10.0, gt=0, description="How long the leader tries to renew.")
+    renew_deadline_seconds: float = Field(
+        default=10.0, gt=0, description="How long the leader tries to renew."
+    )
     retry_period_seconds: float = Field(default=2.0, gt=0, description="Time between election attempts.")
 
     # --- HTTP server -------------------------------------------------------------------------
     host: str = Field(default="0.0.0.0", description="Bind address of the HTTP server.")
-    port: int = Field(default=8080, ge=0, le=65535, description="Port of the HTTP server (0 picks a free one).")
-    debug_endpoints: bool = Field(default=True, description="Serve /debug/snapshot, /debug/terminal, /debug/leadership.")
+    port: int = Field(
+        default=8080, ge=0, le=65535, description="Port of the HTTP server (0 picks a free one)."
+    )
+    debug_endpoints: bool = Field(
+        default=True, description="Serve /debug/snapshot, /debug/terminal, /debug/leadership."
+    )
+
+    # --- Security ----------------------------------------------------------------------------
+    auth_enabled: bool = Field(
+        default=False,
+        description="Require a bearer token on /metrics and /debug/*, authenticated by TokenReview and "
+        "authorized by SubjectAccessReview (get on the non-resource URL). Probes stay open.",
+    )
+    auth_cache_seconds: float = Field(default=30.0, ge=0, description="How long an auth decision is cached.")
+    tls_cert_file: str | None = Field(
+        default=None, description="Serve HTTPS with this certificate (PEM); reloaded when the file changes."
+    )
+    tls_key_file: str | None = Field(default=None, description="Private key (PEM) for tls_cert_file.")
 
     # --- Logging -----------------------------------------------------------------------------
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level.")
-    log_format: Literal["text", "json"] = Field(default="text", description="text for people, json for machines.")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text for people, json for machines."
+    )
 
     # --- Informers and limits ----------------------------------------------------------------
     watch_timeout_min_seconds: int = Field(
@@ -108,7 +130,9 @@ class Settings(BaseSettings):
 
     # --- Simulated cluster -------------------------------------------------------------------
     simulate: bool = Field(default=False, description="Start the embedded simulated cluster and watch it.")
-    sim_jobs: int = Field(default=200, ge=0, description="Simulate mode: TrainJobs the generator keeps alive.")
+    sim_jobs: int = Field(
+        default=200, ge=0, description="Simulate mode: TrainJobs the generator keeps alive."
+    )
     sim_rate: float = Field(default=5.0, ge=0, description="Simulate mode: generator steps per second.")
     sim_seed: int | None = Field(default=None, description="Simulate mode: random seed (default: random).")
 
@@ -125,7 +149,9 @@ class Settings(BaseSettings):
             if not self.lease_duration_seconds > self.renew_deadline_seconds:
                 raise ValueError("lease_duration_seconds must be greater than renew_deadline_seconds")
             if not self.renew_deadline_seconds > 1.2 * self.retry_period_seconds:
-                raise ValueError("renew_deadline_seconds must be greater than 1.2 × retry_period_seconds")
+                raise ValueError("renew_deadline_seconds must be greater than 1.2 * retry_period_seconds")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file must be set together")
         if self.watch_timeout_max_seconds < self.watch_timeout_min_seconds:
             raise ValueError("watch_timeout_max_seconds must not be below watch_timeout_min_seconds")
         return self
@@ -146,8 +172,17 @@ def load_settings(**overrides: object) -> Settings:
 def describe_validation_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "settings"
-        env = f"{ENV_PREFIX}{field.upper()}" if err["loc"] else ENV_PREFIX + "*"
         msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"invalid setting {field} ({env}): {msg}")
+        if not err["loc"]:
+            # A rule across several fields: its message names them.
+            parts.append(f"invalid settings: {msg}")
+            continue
+        field = str(err["loc"][0])
+        parts.append(f"invalid setting {field} ({ENV_PREFIX}{field.upper()}): {msg}")
     return "; ".join(parts)
+
+
+def unknown_env_vars() -> list[str]:
+    """TRAINER_METRICS_* variables that name no setting (typos, or Kubernetes service links)."""
+    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    return sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and k not in known)

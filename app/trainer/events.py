@@ -20,7 +20,7 @@ class JobCreated:
     runtime_ref: str  # bounded label value (see rules.runtime_ref_label)
     requested_nodes: int
     accelerator_class: str  # resource name containing "gpu", or "none"
-    requested_accelerators: int  # per-node quantity × nodes; 0 for "none"
+    requested_accelerators: int  # per-node quantity * nodes; 0 for "none"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,88 @@
+"""Typed JSON responses of the HTTP API; they define openapi/openapi.json."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class ProbeResponse(BaseModel):
+    status: str = Field(description="ok, or not-ready")
+    reasons: list[str] = Field(
+        default_factory=list, description="Why the probe fails (empty when it passes)."
+    )
+
+
+class InformerStatus(BaseModel):
+    name: str = Field(description="resource[/namespace] the informer watches")
+    synced: bool = Field(description="The initial list has been received.")
+    stale: bool = Field(description="No event or bookmark within the inactivity timeout.")
+    objects: int
+    resource_version: str = Field(description="Last resourceVersion seen (list, event or bookmark).")
+    last_event_age_seconds: float | None = Field(description="Seconds since the last byte from the watch.")
+
+
+class RuntimeEntry(BaseModel):
+    runtime_ref: str = Field(description="<apiGroup>/<kind>/<namespace>/<name>")
+    kind: str
+    namespace: str
+    name: str
+    ml_policy: str
+    pod_group_policy: str
+    framework: str
+    num_nodes: int | None = Field(description="spec.mlPolicy.numNodes as given (None: defaults to 1).")
+    accelerator_class: str = Field(description="Trainer container accelerator resource, or none.")
+    accelerators_per_node: int
+    resource_version: str
+
+
+class SnapshotResponse(BaseModel):
+    runtimes: list[RuntimeEntry]
+    informers: list[InformerStatus]
+    trainjobs: int = Field(description="TrainJobs held in the cache.")
+    terminal_entries: int = Field(description="Entries in the terminal-dedup set.")
+    unknown_runtime_refs: int = Field(description="Distinct references to runtimes not in the snapshot.")
+
+
+class TerminalEntry(BaseModel):
+    namespace: str
+    name: str
+    uid: str
+    result: str
+    reason: str
+    terminal_time: datetime | None = Field(description="lastTransitionTime of the terminal condition.")
+    recorded_time: datetime = Field(description="When this replica recorded the entry.")
+
+
+class TerminalPage(BaseModel):
+    total: int
+    items: list[TerminalEntry]
+    continue_: str | None = Field(
+        default=None,
+        alias="continue",
+        serialization_alias="continue",
+        description="Pass as `continue` to get the next page; absent on the last page.",
+    )
+
+    model_config = {"populate_by_name": True}
+
+
+class LeadershipResponse(BaseModel):
+    identity: str
+    is_leader: bool
+    election_enabled: bool
+    holder: str | None = Field(description="Current holder as last observed in the Lease.")
+    lease_name: str
+    lease_namespace: str
+    acquire_time: datetime | None
+    renew_time: datetime | None
+    lease_transitions: int | None
+    watermark: int | None = Field(description="Highest TrainJob resourceVersion this replica has counted.")
+    observed_watermark: int | None = Field(description="Watermark last published in the Lease.")
+    transitions_seen: int = Field(description="Leadership changes of this replica since start.")
+    last_change: datetime | None
+
+
+class ErrorResponse(BaseModel):
+    detail: str

@@ -1,0 +1,718 @@
+"""Leader election over a ``coordination.k8s.io/v1`` Lease, with client-go semantics (k8s-protocol.md §4).
+
+Our own implementation rather than ``kubernetes_asyncio.leaderelection``, whose flaws we must not inherit:
+no per-request deadline, exceptions that escape and orphan the leader work, no release on cancel, expiry
+judged with the wall clock against the *local* lease duration, broken MicroTime formatting.
+
+Safety argument (product.md §6 invariant 5). There is no fencing, so "at most one exporter" rests on time:
+
+* A follower takes over only ``leaseDurationSeconds`` after it last *saw the record change* (its own
+  monotonic clock; the server's renewTime is never compared with a local clock, so clock skew is harmless).
+* The leader measures each renew from the moment it *sent* the request (before the GET/PUT), and stops
+  (``on_stopped_leading``) as soon as ``renew_deadline`` has passed since its last successful renew. Every
+  API call of a renew round sits inside one ``asyncio.timeout``, so a hung HTTP request cannot stretch it.
+* A follower's observation of our last renew happens after we sent it, and ``renew_deadline <
+  lease_duration <= leaseDurationSeconds`` (we round the written duration *up* to whole seconds), so the old
+  leader has stopped before anyone may take over, as long as clock *rates* agree.
+* Unlike client-go, a renew attempt that finds another valid holder stops leadership at once instead of
+  polling on until the deadline: that state already means someone else leads.
+* Also stricter than client-go: a Lease deleted under its holder is not recreated by a follower at once
+  (the holder keeps leading and recreates it on its next renew), but only a lease duration after the
+  follower saw it disappear; an unreadable Lease (wrong field types, bad MicroTime) is held the same way,
+  and overwritten only once it has stayed unchanged for our own lease duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from app.kube.client import ApiError, KubeClient
+from app.kube.microtime import format_microtime, parse_microtime
+from app.kube.resources import LEASES
+
+log = logging.getLogger(__name__)
+
+JITTER_FACTOR = 1.2  # client-go's JitterUntil factor for the acquire loop
+RELEASED_LEASE_DURATION = 1  # 0 fails Lease validation (k8s#88194), so a released Lease says 1 s
+_LOG_REPEAT_INTERVAL = 60.0  # a repeated failure of the same kind is logged at most once a minute
+
+
+# --------------------------------------------------------------------------------------------------
+# Lease API access
+# --------------------------------------------------------------------------------------------------
+
+
+class LeaseClient(Protocol):
+    """The three Lease calls the elector makes. Errors are exceptions; 409 and friends carry ``.status``."""
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease object, or None when it does not exist (404)."""
+        ...
+
+    async def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class KubeLeaseClient:
+    """`LeaseClient` over `KubeClient.request_json`; ``ApiError`` (``.status``) propagates, but 404 on GET.
+
+    ``request_timeout`` is only a backstop for calls made outside an elector deadline: the elector itself
+    bounds every round with ``asyncio.timeout``.
+    """
+
+    def __init__(self, client: KubeClient, *, request_timeout: float = 10.0) -> None:
+        self._client = client
+        self._timeout = request_timeout
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = await self._client.request_json(
+                "GET", LEASES.object_path(name, namespace), timeout=self._timeout
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return _expect_object(obj)
+
+    async def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        obj = await self._client.request_json(
+            "POST", LEASES.collection_path(namespace), body=body, timeout=self._timeout
+        )
+        return _expect_object(obj)
+
+    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        obj = await self._client.request_json(
+            "PUT", LEASES.object_path(name, namespace), body=body, timeout=self._timeout
+        )
+        return _expect_object(obj)
+
+
+def _expect_object(obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise MalformedLease(f"Lease response is not a JSON object: {type(obj).__name__}")
+    return obj
+
+
+# --------------------------------------------------------------------------------------------------
+# Lease record
+# --------------------------------------------------------------------------------------------------
+
+
+class MalformedLease(ValueError):
+    """A Lease whose fields cannot be read (wrong types, bad MicroTime). Never raised out of the elector."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """What a Lease says, parsed. ``holder_identity == ""`` means free (e.g. released)."""
+
+    holder_identity: str
+    lease_duration_seconds: int
+    acquire_time: datetime | None
+    renew_time: datetime | None
+    lease_transitions: int
+    annotations: Mapping[str, str]
+    resource_version: str
+
+
+def parse_lease(obj: Any) -> LeaseRecord:
+    """Parse a Lease object; raise `MalformedLease` for anything the API server would not have produced.
+
+    Missing fields are legal (all spec fields are optional pointers): no holder = free, no duration = 0 =
+    already expired (as in client-go), no transitions = 0. A missing spec is an empty spec.
+    """
+    if not isinstance(obj, dict):
+        raise MalformedLease(f"Lease is not a JSON object: {type(obj).__name__}")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise MalformedLease("Lease has no metadata object")
+    spec = obj.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise MalformedLease(f"Lease spec is not an object: {type(spec).__name__}")
+
+    holder = spec.get("holderIdentity")
+    if holder is None:
+        holder = ""
+    if not isinstance(holder, str):
+        raise MalformedLease(f"holderIdentity is not a string: {holder!r}")
+    return LeaseRecord(
+        holder_identity=holder,
+        lease_duration_seconds=max(0, _int_field(spec, "leaseDurationSeconds")),
+        acquire_time=_time_field(spec, "acquireTime"),
+        renew_time=_time_field(spec, "renewTime"),
+        lease_transitions=max(0, _int_field(spec, "leaseTransitions")),
+        annotations=_annotations_of(meta),
+        resource_version=str(meta.get("resourceVersion") or ""),
+    )
+
+
+def _int_field(spec: dict[str, Any], key: str) -> int:
+    value = spec.get(key)
+    if value is None:
+        return 0
+    # bool is an int subclass; a Go int32 field never decodes from true/false.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MalformedLease(f"{key} is not an integer: {value!r}")
+    return value
+
+
+def _time_field(spec: dict[str, Any], key: str) -> datetime | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    try:
+        return parse_microtime(value)
+    except ValueError as exc:
+        raise MalformedLease(f"{key}: {exc}") from None
+
+
+def _annotations_of(meta: dict[str, Any]) -> dict[str, str]:
+    # Annotations are informative (watermark hand-over); odd entries are dropped rather than fatal.
+    raw = meta.get("annotations")
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration, callbacks, status
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ElectorConfig:
+    lease_name: str
+    lease_namespace: str
+    identity: str
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    release_on_cancel: bool = True
+
+    def __post_init__(self) -> None:
+        # The client-go checks: they are what makes "stop before takeover" hold (module docstring).
+        for name in ("lease_name", "lease_namespace", "identity"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must not be empty")
+        for name in ("lease_duration", "renew_deadline", "retry_period"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if not self.lease_duration > self.renew_deadline:
+            raise ValueError("lease_duration must be greater than renew_deadline")
+        if not self.renew_deadline > JITTER_FACTOR * self.retry_period:
+            raise ValueError("renew_deadline must be greater than 1.2 * retry_period")
+
+    @property
+    def lease_duration_seconds(self) -> int:
+        """What we write into the Lease: whole seconds, rounded up so followers never wait *less*."""
+        return max(1, math.ceil(self.lease_duration))
+
+
+class LeaderCallbacks(Protocol):
+    def on_started_leading(self, previous: LeaseRecord | None) -> None:
+        """Synchronous and quick. ``previous``: the record we took over (None if we created the Lease)."""
+        ...
+
+    def on_stopped_leading(self) -> None:
+        """Called at once when leadership is lost or given up, before any release request."""
+        ...
+
+    def on_new_leader(self, identity: str | None) -> None:
+        """The observed holder changed (our own identity included); None = no holder / no Lease."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ElectorStatus:
+    identity: str
+    is_leader: bool
+    holder: str | None  # as last observed in the Lease; None = free, absent, or unreadable
+    lease_name: str
+    lease_namespace: str
+    acquire_time: datetime | None
+    renew_time: datetime | None
+    lease_transitions: int | None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    transitions_seen: int = 0  # leadership changes of this replica (became leader / stopped leading)
+    last_change: datetime | None = None  # wall time of the last change of is_leader or of the observed holder
+
+
+class _LogLimiter:
+    """Log a failure when it starts or changes kind, then at most once a minute with a repeat count."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._key: str | None = None
+        self._last = 0.0
+        self._suppressed = 0
+
+    def failure(self, key: str, message: str, *args: object) -> None:
+        now = self._clock()
+        if key != self._key or now - self._last >= _LOG_REPEAT_INTERVAL:
+            suffix = f" ({self._suppressed} similar failures not logged)" if self._suppressed else ""
+            log.warning(message + suffix, *args)
+            self._key, self._last, self._suppressed = key, now, 0
+        else:
+            self._suppressed += 1
+            log.debug(message, *args)
+
+    def success(self) -> None:
+        if self._key is not None:
+            log.info("lease API requests succeed again")
+        self._key, self._suppressed = None, 0
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    """(key for rate-limited logging, human text). ``status`` is ApiError's HTTP status (0 = connection)."""
+    status = getattr(exc, "status", None)
+    kind = type(exc).__name__
+    key = f"{kind}:{status}" if status is not None else kind
+    text = f"{kind} {status}: {exc}" if status is not None else f"{kind}: {exc}"
+    return key, text
+
+
+_ABSENT: Any = object()  # observed spec sentinel: nothing observed yet
+
+
+# --------------------------------------------------------------------------------------------------
+# The elector
+# --------------------------------------------------------------------------------------------------
+
+
+class LeaseElector:
+    """Acquire the Lease, lead while renewing it, re-candidate after losing it; forever (see module doc)."""
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        config: ElectorConfig,
+        callbacks: LeaderCallbacks,
+        *,
+        annotations: Callable[[], Mapping[str, str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_transition: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._config = config
+        self._callbacks = callbacks
+        self._annotations = annotations
+        self._clock = clock
+        self._on_transition = on_transition
+        self._limiter = _LogLimiter(clock)
+
+        # client-go's observedRecord / observedRawRecord / observedTime, plus the whole object for its RV.
+        self._observed_lease: dict[str, Any] | None = None
+        self._observed_spec: Any = _ABSENT
+        self._observed_record: LeaseRecord | None = None
+        self._observed_malformed = False
+        self._observed_time = 0.0
+        self._deletion_seen = False  # a 404 replaced a record held by someone else (see _create)
+        self._reported_leader: Any = _ABSENT
+        self._taken_over_from: LeaseRecord | None = None
+
+        self._leading = False
+        self.transitions_seen = 0  # for telemetry: leadership changes of this replica
+        self._last_change: datetime | None = None
+
+    # ---- public -----------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> ElectorConfig:
+        return self._config
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    def status(self) -> ElectorStatus:
+        rec = self._observed_record
+        return ElectorStatus(
+            identity=self._config.identity,
+            is_leader=self._leading,
+            holder=(rec.holder_identity or None) if rec is not None else None,
+            lease_name=self._config.lease_name,
+            lease_namespace=self._config.lease_namespace,
+            acquire_time=rec.acquire_time if rec else None,
+            renew_time=rec.renew_time if rec else None,
+            lease_transitions=rec.lease_transitions if rec else None,
+            annotations=dict(rec.annotations) if rec else {},
+            transitions_seen=self.transitions_seen,
+            last_change=self._last_change,
+        )
+
+    async def run(self) -> None:
+        """Run until cancelled. On cancellation while leading: stop, then release (if configured)."""
+        try:
+            while True:
+                try:
+                    renewed_at = await self._acquire()
+                    self._start_leading()
+                    await self._lead(renewed_at)
+                    # Lost it: pause like any candidate between attempts, so a replica that just gave the
+                    # Lease up (or failed to renew) does not grab it back before the others had a chance.
+                    await asyncio.sleep(self._jittered_retry())
+                except Exception:
+                    # Only a bug of ours can get here (every API failure is handled inside); never let it
+                    # leave us exporting without renewing.
+                    log.exception("lease %s: unexpected elector error", self._config.lease_name)
+                    if self._leading:
+                        self._stop_leading("internal error")
+                    await asyncio.sleep(self._config.retry_period)
+        except asyncio.CancelledError:
+            if self._leading:
+                self._stop_leading("shutting down")
+                if self._config.release_on_cancel:
+                    await self._release()
+            raise
+
+    # ---- phases -----------------------------------------------------------------------------------
+
+    async def _acquire(self) -> float:
+        """JitterUntil(tryAcquireOrRenew, retry_period, 1.2); returns when the winning attempt began."""
+        cfg = self._config
+        log.info("lease %s/%s: %s is a candidate", cfg.lease_namespace, cfg.lease_name, cfg.identity)
+        while True:
+            started = self._clock()
+            try:
+                # Bound the attempt too: a hung GET must not keep us from ever becoming a candidate again.
+                async with asyncio.timeout(cfg.renew_deadline):
+                    acquired = await self._try_acquire_or_renew()
+            except TimeoutError:
+                self._limiter.failure("timeout", "lease %s: acquire attempt timed out", cfg.lease_name)
+                acquired = False
+            if acquired:
+                return started
+            await asyncio.sleep(self._jittered_retry())
+
+    def _jittered_retry(self) -> float:
+        # wait.Jitter(retry_period, 1.2): uniformly in [retry, 2.2 x retry], so candidates spread out.
+        return self._config.retry_period * (1.0 + random.random() * JITTER_FACTOR)
+
+    async def _lead(self, renewed_at: float) -> None:
+        """Renew every retry_period; return (after on_stopped_leading) once a renew round fails."""
+        cfg = self._config
+        while True:
+            await asyncio.sleep(cfg.retry_period)
+            # Deadline counted from the last successful renew, not from the round start (client-go's is
+            # round start + renew_deadline, i.e. up to retry_period later): this is what keeps us within
+            # renew_deadline < lease_duration of the renew a follower last saw.
+            outcome = await self._renew_round(renewed_at + cfg.renew_deadline)
+            if isinstance(outcome, float):
+                renewed_at = outcome
+                continue
+            self._stop_leading(outcome)
+            if cfg.release_on_cancel:
+                await self._release()  # no-op unless the Lease still names us (e.g. renew timed out)
+            return
+
+    async def _renew_round(self, deadline: float) -> float | str:
+        """Poll tryAcquireOrRenew until success (→ the attempt's start time) or failure (→ reason)."""
+        cfg = self._config
+        remaining = deadline - self._clock()
+        if remaining <= 0:
+            return "renew deadline passed before the renew round started"
+        try:
+            async with asyncio.timeout(remaining):
+                while True:
+                    started = self._clock()
+                    if await self._try_acquire_or_renew():
+                        return started
+                    rec = self._observed_record
+                    if rec is not None and rec.holder_identity not in ("", cfg.identity):
+                        return f"lease taken by {rec.holder_identity}"
+                    await asyncio.sleep(cfg.retry_period)
+        except TimeoutError:
+            return f"no successful renew within renew_deadline ({cfg.renew_deadline:g} s)"
+
+    # ---- tryAcquireOrRenew ------------------------------------------------------------------------
+
+    async def _try_acquire_or_renew(self) -> bool:
+        """One attempt (client-go tryAcquireOrRenew). Every failure, of any kind, is a plain False."""
+        cfg = self._config
+        now_wall = datetime.now(UTC)
+        try:
+            # (1) Fast path: we hold it and it is valid by our clock → PUT over the cached object.
+            rec = self._observed_record
+            if (
+                self._observed_lease is not None
+                and rec is not None
+                and rec.holder_identity == cfg.identity
+                and self._valid_at(self._clock())
+            ):
+                body = self._lease_body(
+                    self._observed_lease,
+                    holder=cfg.identity,
+                    duration=cfg.lease_duration_seconds,
+                    acquire=rec.acquire_time or now_wall,
+                    renew=now_wall,
+                    transitions=rec.lease_transitions,
+                )
+                try:
+                    self._observe(await self._client.replace(cfg.lease_namespace, cfg.lease_name, body))
+                except Exception as exc:
+                    key, text = _describe(exc)
+                    self._limiter.failure(
+                        key,
+                        "lease %s: renew failed (%s), falling back to GET",
+                        cfg.lease_name,
+                        text,
+                    )
+                else:
+                    self._limiter.success()
+                    return True
+
+            # (2) GET; create on 404.
+            lease = await self._client.get(cfg.lease_namespace, cfg.lease_name)
+            if lease is None:
+                return await self._create(now_wall)
+
+            # (3) Record what we saw; a changed record restarts its expiry clock.
+            self._observe(lease)
+            rec = self._observed_record
+            expired = not self._valid_at(self._clock())
+            if rec is None:
+                # Unreadable (malformed) record: nobody can judge it, so it is held until it has stayed
+                # unchanged for a whole lease duration; then it is overwritten (the PUT carries its RV).
+                if not expired:
+                    return False
+                previous: LeaseRecord | None = None
+                acquire, transitions = now_wall, _loose_int(lease, "leaseTransitions") + 1
+            else:
+                # (4) Held by someone else and still valid → not ours.
+                if rec.holder_identity and not expired and rec.holder_identity != cfg.identity:
+                    return False
+                # (5) Ours: keep acquireTime and transitions. Someone else's (or free): a transition.
+                previous = rec
+                if rec.holder_identity == cfg.identity:
+                    acquire, transitions = rec.acquire_time or now_wall, rec.lease_transitions
+                else:
+                    acquire, transitions = now_wall, rec.lease_transitions + 1
+
+            # (6) PUT with the resourceVersion from our GET; a 409 means somebody was faster.
+            body = self._lease_body(
+                lease,
+                holder=cfg.identity,
+                duration=cfg.lease_duration_seconds,
+                acquire=acquire,
+                renew=now_wall,
+                transitions=transitions,
+            )
+            self._observe(await self._client.replace(cfg.lease_namespace, cfg.lease_name, body))
+            self._taken_over_from = previous
+            self._limiter.success()
+            return True
+        except Exception as exc:  # CancelledError is a BaseException and passes through, as it must
+            key, text = _describe(exc)
+            self._limiter.failure(key, "lease %s: election attempt failed: %s", cfg.lease_name, text)
+            return False
+
+    async def _create(self, now_wall: datetime) -> bool:
+        """The Lease does not exist (404): create it, unless someone else's record may still be in force."""
+        cfg = self._config
+        rec = self._observed_record
+        held_by_other = (rec is None and self._observed_malformed) or (
+            rec is not None and rec.holder_identity not in ("", cfg.identity)
+        )
+        if held_by_other:
+            # Stricter than client-go, which creates at once: a deleted Lease (kubectl delete) does not stop
+            # its holder, which keeps exporting until its next renew recreates the Lease, and may have renewed
+            # after our last look. So the disappearance counts as a change seen now: the last record stays in
+            # force for a whole lease duration from this first 404, as if the holder had just renewed.
+            if not self._deletion_seen:
+                self._deletion_seen = True
+                self._observed_time = self._clock()
+            if self._valid_at(self._clock()):
+                return False
+        # A leader whose Lease was deleted recreates it (client-go does); keep its term's acquireTime and
+        # transition count so the Lease does not claim a leadership change that did not happen.
+        if self._leading and rec is not None and rec.holder_identity == cfg.identity:
+            acquire, transitions = rec.acquire_time or now_wall, rec.lease_transitions
+        else:
+            acquire, transitions = now_wall, 0
+        previous = rec if rec is not None and rec.holder_identity != cfg.identity else None
+        self._observe(None)
+        body = self._lease_body(
+            None,
+            holder=cfg.identity,
+            duration=cfg.lease_duration_seconds,
+            acquire=acquire,
+            renew=now_wall,
+            transitions=transitions,
+        )
+        self._observe(await self._client.create(cfg.lease_namespace, body))  # 409 AlreadyExists → False
+        self._taken_over_from = previous  # the last record seen before the deletion carries the watermark
+        self._limiter.success()
+        return True
+
+    async def _release(self) -> None:
+        """Give the Lease up (holder "", 1 s) so a follower takes over on its next retry; bounded."""
+        cfg = self._config
+        rec = self._observed_record
+        if self._observed_lease is None or rec is None or rec.holder_identity != cfg.identity:
+            return  # not ours (any more): nothing to release
+        now_wall = datetime.now(UTC)
+        body = self._lease_body(
+            self._observed_lease,
+            holder="",
+            duration=RELEASED_LEASE_DURATION,
+            acquire=now_wall,
+            renew=now_wall,
+            transitions=rec.lease_transitions,
+        )
+        try:
+            async with asyncio.timeout(cfg.renew_deadline):
+                self._observe(await self._client.replace(cfg.lease_namespace, cfg.lease_name, body))
+        except Exception as exc:  # TimeoutError included
+            _, text = _describe(exc)
+            log.warning(
+                "lease %s: release failed (%s); followers wait for it to expire", cfg.lease_name, text
+            )
+        else:
+            log.info("lease %s: released by %s", cfg.lease_name, cfg.identity)
+
+    # ---- observation ------------------------------------------------------------------------------
+
+    def _observe(self, lease: dict[str, Any] | None) -> None:
+        """Remember the Lease as seen now; restart the expiry clock only if its spec changed."""
+        spec = None if lease is None else lease.get("spec")
+        if self._observed_spec is _ABSENT or spec != self._observed_spec:
+            self._observed_time = self._clock()
+            self._observed_spec = copy.deepcopy(spec)
+        self._observed_lease = lease
+        self._deletion_seen = False
+        if lease is None:
+            self._observed_record, self._observed_malformed = None, False
+        else:
+            try:
+                self._observed_record, self._observed_malformed = parse_lease(lease), False
+            except MalformedLease as exc:
+                if not self._observed_malformed:
+                    log.warning("lease %s: unreadable Lease (%s)", self._config.lease_name, exc)
+                self._observed_record, self._observed_malformed = None, True
+        rec = self._observed_record
+        self._report_leader((rec.holder_identity or None) if rec is not None else None)
+
+    def _valid_at(self, now: float) -> bool:
+        """client-go isLeaseValid: observedTime + the record's leaseDurationSeconds is still ahead."""
+        if self._observed_record is not None:
+            duration: float = self._observed_record.lease_duration_seconds
+        elif self._observed_malformed:
+            duration = self._config.lease_duration_seconds  # unreadable: assume a normal lease
+        else:
+            return False  # no Lease at all
+        return self._observed_time + duration > now
+
+    def _report_leader(self, holder: str | None) -> None:
+        if holder == self._reported_leader:
+            return
+        self._reported_leader = holder
+        self._last_change = datetime.now(UTC)
+        log.info("lease %s: leader is now %s", self._config.lease_name, holder or "(none)")
+        _safe_call("on_new_leader", self._callbacks.on_new_leader, holder)
+
+    def _start_leading(self) -> None:
+        self._leading = True
+        self.transitions_seen += 1
+        self._last_change = datetime.now(UTC)
+        log.info("lease %s: %s started leading", self._config.lease_name, self._config.identity)
+        if self._on_transition is not None:
+            _safe_call("on_transition", self._on_transition, True)
+        _safe_call("on_started_leading", self._callbacks.on_started_leading, self._taken_over_from)
+
+    def _stop_leading(self, reason: str) -> None:
+        self._leading = False
+        self.transitions_seen += 1
+        self._last_change = datetime.now(UTC)
+        log.warning(
+            "lease %s: %s stopped leading: %s", self._config.lease_name, self._config.identity, reason
+        )
+        if self._on_transition is not None:
+            _safe_call("on_transition", self._on_transition, False)
+        _safe_call("on_stopped_leading", self._callbacks.on_stopped_leading)
+
+    # ---- body -------------------------------------------------------------------------------------
+
+    def _lease_body(
+        self,
+        base: dict[str, Any] | None,
+        *,
+        holder: str,
+        duration: int,
+        acquire: datetime,
+        renew: datetime,
+        transitions: int,
+    ) -> dict[str, Any]:
+        """A full Lease for PUT/POST. PUT replaces the object, so everything else in it (labels, owner
+        references, other spec fields such as strategy) is carried over from ``base``."""
+        cfg = self._config
+        if base is None:
+            meta: dict[str, Any] = {"name": cfg.lease_name, "namespace": cfg.lease_namespace}
+            spec: dict[str, Any] = {}
+        else:
+            raw_meta = base.get("metadata")
+            meta = copy.deepcopy(raw_meta) if isinstance(raw_meta, dict) else {}
+            meta.pop("managedFields", None)  # omitted = the server keeps them
+            raw_spec = base.get("spec")
+            spec = copy.deepcopy(raw_spec) if isinstance(raw_spec, dict) else {}
+        annotations = self._merged_annotations(meta.get("annotations"))
+        if annotations:
+            meta["annotations"] = annotations
+        spec.update(
+            holderIdentity=holder,
+            leaseDurationSeconds=duration,
+            acquireTime=format_microtime(acquire),
+            renewTime=format_microtime(renew),
+            leaseTransitions=transitions,
+        )
+        return {"apiVersion": LEASES.api_version, "kind": LEASES.kind, "metadata": meta, "spec": spec}
+
+    def _merged_annotations(self, existing: Any) -> dict[str, str]:
+        merged = (
+            {k: v for k, v in existing.items() if isinstance(k, str)} if isinstance(existing, dict) else {}
+        )
+        if self._annotations is None:
+            return merged
+        try:
+            ours = self._annotations()
+        except Exception:
+            # A failing watermark provider must not cost us the Lease: write the rest, keep the old value.
+            log.exception(
+                "lease %s: annotations() failed; keeping the previous ones", self._config.lease_name
+            )
+            return merged
+        for key, value in ours.items():
+            if isinstance(key, str) and isinstance(value, str):
+                merged[key] = value
+        return merged
+
+
+def _loose_int(lease: Any, key: str) -> int:
+    """Best-effort integer spec field of an unreadable Lease (for the transition count)."""
+    with contextlib.suppress(Exception):
+        value = lease["spec"][key]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return max(0, value)
+    return 0
+
+
+def _safe_call(name: str, fn: Callable[..., None], *args: Any) -> None:
+    # Callbacks belong to other layers; their bugs must not break the election (or leave it half-done).
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("leader election callback %s failed", name)

@@ -1,0 +1,49 @@
+"""FastAPI application factory. The lifespan starts and stops everything the service runs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.api.routes import install_routes
+from app.config import Settings
+from app.service import Service
+
+log = logging.getLogger(__name__)
+
+# Yields the path of a kubeconfig to use instead of the configured one (the embedded simulated cluster).
+ClusterFactory = Callable[[Settings], AbstractAsyncContextManager[str]]
+
+
+def create_app(settings: Settings, *, cluster: ClusterFactory | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            effective = settings
+            if cluster is not None:
+                kubeconfig = await stack.enter_async_context(cluster(settings))
+                effective = settings.model_copy(update={"kubeconfig": kubeconfig})
+            service = Service(effective)
+            stack.push_async_callback(service.stop)
+            await service.start()
+            app.state.service = service
+            try:
+                yield
+            finally:
+                app.state.service = None
+                log.info("shutting down")
+
+    app = FastAPI(
+        title="trainer-metrics",
+        version=__version__,
+        description="Prometheus exporter for Kubeflow Trainer: TrainJobs, TrainingRuntimes and "
+        "ClusterTrainingRuntimes, from informer caches, exported by the elected leader.",
+        lifespan=lifespan,
+    )
+    app.state.service = None
+    install_routes(app)
+    return app

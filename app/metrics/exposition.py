@@ -1,0 +1,240 @@
+"""The ``/metrics`` body: self-telemetry of every replica plus the Trainer metrics while leading.
+
+Content negotiation follows prometheus_client's ``choose_encoder``: OpenMetrics 1.0 when an
+``Accept`` item asks for ``application/openmetrics-text`` (no version or version >= 1.0.0, q > 0),
+else the text format 0.0.4. The body is gzip-compressed (level 1: fastest, and metric text still
+compresses ~20x) when ``Accept-Encoding`` accepts gzip.
+
+Body layout: the Trainer part first, then self-telemetry, then (OpenMetrics only) the one ``# EOF``.
+The Trainer part comes first so its gzip encoding can be cached: a gzip member is a raw deflate
+stream between a header and a CRC-32/size trailer, and a deflate stream may be cut into segments
+made by independent compressors as long as each but the last ends on a byte-aligned sync flush.
+The Trainer segment and the CRC-32 of the Trainer bytes are kept until the Trainer text changes; a
+scrape then compresses only the few kilobytes of self-telemetry and continues the CRC from the cached
+value (a CRC can be continued over appended data, not prepended data: hence the order).
+
+All methods run on the event loop thread. A scrape costs: the Trainer text from its cache (see
+trainer_metrics.py), ~0.5 ms of prometheus_client for the self-telemetry registry, and, if the Trainer
+text changed since the last gzip scrape, compressing it (~3-4 ms per MB at level 1); the async
+variant moves that compression to a worker thread (zlib releases the GIL) so the loop keeps serving
+informer events meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import zlib
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import exposition as _text_exposition
+from prometheus_client.openmetrics import exposition as _om_exposition
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "CONTENT_TYPE_OPENMETRICS",
+    "CONTENT_TYPE_TEXT",
+    "MetricsExposition",
+    "MetricsResponse",
+    "TrainerSource",
+    "accepts_gzip",
+    "wants_openmetrics",
+]
+
+CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+_EOF = b"# EOF\n"
+
+# prometheus_client ships these untyped; pin their types once here for mypy --strict.
+_generate_text: Callable[[Collector], bytes] = _text_exposition.generate_latest
+_generate_openmetrics: Callable[[Collector], bytes] = _om_exposition.generate_latest
+
+# gzip member header (RFC 1952): magic, CM=deflate, no flags, MTIME=0 (none), XFL=4 (fastest
+# compression), OS=255 (unknown).
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff"
+# Trainer texts at least this large are compressed in a worker thread by the async variant; below it
+# the thread hand-off costs more than it saves.
+_THREAD_MIN_BYTES = 256 * 1024
+
+
+class TrainerSource(Protocol):
+    """What the exposition needs from the Trainer metrics (TrainerMetricState implements it)."""
+
+    def render_text(self) -> bytes:
+        """Text format 0.0.4; the same object while nothing changed (the gzip cache keys on it)."""
+        ...
+
+    def render_openmetrics(self) -> bytes:
+        """OpenMetrics 1.0 families without the final ``# EOF``."""
+        ...
+
+
+class MetricsResponse(NamedTuple):
+    body: bytes
+    headers: dict[str, str]  # Content-Type, Vary, and Content-Encoding when compressed
+
+
+class _Segment(NamedTuple):
+    source: bytes  # the uncompressed bytes this segment encodes (compared by identity)
+    deflated: bytes  # raw deflate, ended by a sync flush (not final)
+    crc: int  # CRC-32 of source
+
+
+def _parse_params(item: str) -> tuple[str, dict[str, str]]:
+    media, *params = item.split(";")
+    values: dict[str, str] = {}
+    for param in params:
+        key, sep, value = param.partition("=")
+        if sep:
+            values[key.strip().lower()] = value.strip().strip('"')
+    return media.strip().lower(), values
+
+
+def _q_positive(params: dict[str, str]) -> bool:
+    try:
+        return float(params.get("q", "1")) > 0
+    except ValueError:
+        return True  # a malformed q is ignored, as if absent
+
+
+def _version_at_least_1(version: str) -> bool:
+    head = version.split(".", 1)[0]
+    return head.isdigit() and int(head) >= 1
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """True when ``Accept`` lists OpenMetrics 1.x (or unversioned) with q > 0."""
+    if not accept:
+        return False
+    for item in accept.split(","):
+        media, params = _parse_params(item)
+        if media != "application/openmetrics-text" or not _q_positive(params):
+            continue
+        version = params.get("version")
+        # Like prometheus_client: no version means the latest; 0.0.1 (old Prometheus) gets text.
+        if version is None or _version_at_least_1(version):
+            return True
+    return False
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """True when ``Accept-Encoding`` lists gzip (or x-gzip) with q > 0."""
+    if not accept_encoding:
+        return False
+    for item in accept_encoding.split(","):
+        coding, params = _parse_params(item)
+        if coding in ("gzip", "x-gzip") and _q_positive(params):
+            return True
+    return False
+
+
+class MetricsExposition:
+    """Builds ``/metrics`` responses from the self-telemetry registry and the leader-only Trainer source.
+
+    ``set_trainer_source(state)`` when this replica starts leading, ``set_trainer_source(None)`` when it
+    stops: the very next response includes, or no longer includes, the Trainer metrics.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, gzip_level: int = 1) -> None:
+        if not 1 <= gzip_level <= 9:
+            raise ValueError("gzip_level must be within 1..9")
+        self._registry = registry
+        self._gzip_level = gzip_level
+        self._source: TrainerSource | None = None
+        self._segments: dict[bool, _Segment] = {}  # by openmetrics?, for the current source
+
+    @property
+    def trainer_source(self) -> TrainerSource | None:
+        return self._source
+
+    def set_trainer_source(self, source: TrainerSource | None) -> None:
+        self._source = source
+        self._segments.clear()
+
+    def build_metrics_response(self, accept: str | None, accept_encoding: str | None) -> MetricsResponse:
+        """The response for one scrape, built synchronously (compression included)."""
+        return self._build(wants_openmetrics(accept), accepts_gzip(accept_encoding))
+
+    async def build_metrics_response_async(
+        self, accept: str | None, accept_encoding: str | None
+    ) -> MetricsResponse:
+        """Like :meth:`build_metrics_response`, compressing a large changed Trainer text off the loop."""
+        openmetrics = wants_openmetrics(accept)
+        if not accepts_gzip(accept_encoding):
+            return self._finish(openmetrics, self._trainer_part(openmetrics), None)
+        source = self._source
+        trainer = self._trainer_part(openmetrics)
+        segment = self._cached_segment(openmetrics, trainer)
+        if segment is None:
+            if len(trainer) >= _THREAD_MIN_BYTES:
+                # `trainer` is immutable bytes: the loop may change the state meanwhile, safely.
+                segment = await asyncio.to_thread(_deflate_segment, trainer, self._gzip_level)
+                if self._source is not source:
+                    # Leadership changed while compressing: answer for the new situation (a
+                    # follower must not serve Trainer metrics rendered a moment ago as leader).
+                    return self._build(openmetrics, True)
+            else:
+                segment = _deflate_segment(trainer, self._gzip_level)
+            segment = self._store_segment(openmetrics, segment)
+        return self._finish(openmetrics, trainer, segment)
+
+    # --- internals ---------------------------------------------------------------------------------
+
+    def _build(self, openmetrics: bool, gzip: bool) -> MetricsResponse:
+        trainer = self._trainer_part(openmetrics)
+        if not gzip:
+            return self._finish(openmetrics, trainer, None)
+        segment = self._cached_segment(openmetrics, trainer)
+        if segment is None:
+            segment = self._store_segment(openmetrics, _deflate_segment(trainer, self._gzip_level))
+        return self._finish(openmetrics, trainer, segment)
+
+    def _trainer_part(self, openmetrics: bool) -> bytes:
+        source = self._source
+        if source is None:
+            return b""
+        return source.render_openmetrics() if openmetrics else source.render_text()
+
+    def _self_part(self, openmetrics: bool) -> bytes:
+        if openmetrics:
+            # Ends with the body's one "# EOF": the self part is last (see the module docstring).
+            body = _generate_openmetrics(self._registry)
+            return body if body.endswith(_EOF) else body + _EOF
+        return _generate_text(self._registry)
+
+    def _cached_segment(self, openmetrics: bool, trainer: bytes) -> _Segment | None:
+        cached = self._segments.get(openmetrics)
+        if cached is not None and cached.source is trainer:
+            return cached
+        return None
+
+    def _store_segment(self, openmetrics: bool, segment: _Segment) -> _Segment:
+        self._segments[openmetrics] = segment
+        return segment
+
+    def _finish(self, openmetrics: bool, trainer: bytes, segment: _Segment | None) -> MetricsResponse:
+        tail = self._self_part(openmetrics)  # self-telemetry (and # EOF): fresh on every scrape
+        headers = {
+            "Content-Type": CONTENT_TYPE_OPENMETRICS if openmetrics else CONTENT_TYPE_TEXT,
+            "Vary": "Accept, Accept-Encoding",
+        }
+        if segment is None:
+            return MetricsResponse(trainer + tail, headers)
+        compressor = zlib.compressobj(self._gzip_level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        last = compressor.compress(tail) + compressor.flush(zlib.Z_FINISH)
+        crc = zlib.crc32(tail, segment.crc)
+        size = (len(trainer) + len(tail)) & 0xFFFFFFFF
+        body = b"".join((_GZIP_HEADER, segment.deflated, last, struct.pack("<II", crc, size)))
+        headers["Content-Encoding"] = "gzip"
+        return MetricsResponse(body, headers)
+
+
+def _deflate_segment(data: bytes, level: int) -> _Segment:
+    """A non-final raw deflate segment for ``data`` that another segment may follow."""
+    if not data:
+        return _Segment(data, b"", 0)
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+    deflated = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    return _Segment(data, deflated, zlib.crc32(data))

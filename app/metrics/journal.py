@@ -1,0 +1,196 @@
+"""CountJournal: leader-gated counting with a gap-free hand-over between replicas.
+
+Every replica runs the informers and TrainerState, so every replica sees the same countable events
+(JobCreated, JobFinished), each tagged with the resourceVersion (``rv``) of the TrainJob state that
+produced it. Only the leader may count them, or ``sum()`` over replicas would double. The journal sits
+between TrainerState and TrainerMetricState on every replica:
+
+* gauge and runtime changes go straight through, always: the metric state stays warm on followers, so
+  a new leader exports correct gauges at once;
+* countable events are remembered in a bounded journal (the last ``journal_size`` of them) whether
+  leading or not; while leading they are also counted at once and ``watermark`` (highest rv counted)
+  advances;
+* ``start_leading(previous_watermark)`` counts the remembered events with ``rv > previous_watermark``
+  that this replica has not counted itself, then counts live events with ``rv > previous_watermark``;
+  a live event with ``rv <= previous_watermark`` was already counted by the previous leader (it reached
+  this replica late) and is skipped;
+* ``stop_leading()`` stops counting at once and returns the watermark to hand over.
+
+The elector is expected to publish ``watermark`` with every Lease renewal (and the final one from
+``stop_leading()`` when it releases the Lease), and to pass the published value to the next leader.
+
+Guarantee:
+
+* graceful hand-over (the old leader stops, publishes its final watermark, the new one starts from it):
+  nothing lost, nothing counted twice: the old leader counted exactly the events with rv up to its
+  watermark, the new one counts exactly those above it;
+* crash or lost Lease (the last published watermark is older than what the old leader counted):
+  nothing lost; the events counted by the old leader after its last publication, at most one renew
+  period of events, are counted again by the new leader;
+* a replica that leads again never counts twice what it counted itself (journal entries are marked).
+
+Limits:
+
+* the journal holds ``journal_size`` events; a takeover after a longer leaderless gap (or a leader
+  that fell further behind) loses the overflowed ones (counted in ``overflowed``);
+* a replica only remembers events it observed: one that started after an event happened sees that
+  TrainJob in its initial list, which is never counted (invariant 1), so such events are lost;
+* the watermark is the highest rv counted, and the skip rule assumes that an event with a lower rv
+  than one already counted was counted too. Events of one watch stream arrive in rv order, so this
+  holds except for a relist racing the hand-over (its diff can surface an older-rv edge late).
+* ``start_leading(None)`` means nothing is known about what was counted (no previous leader recorded
+  a watermark): nothing remembered is replayed, only events from now on are counted; this prefers
+  missing a few events over double counting an unknown number. Pass ``0`` instead when it is known
+  that nobody counted anything (for example the Lease was just created): everything remembered is
+  counted.
+
+Everything runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Protocol
+
+from app.trainer.events import CountableEvent, GaugeKey, TrainerSink
+
+__all__ = ["CountJournal", "JournalTelemetry"]
+
+
+class JournalTelemetry(Protocol):
+    """Self-telemetry hooks (implemented by app.metrics.telemetry.SelfTelemetry)."""
+
+    def set_leader(self, leading: bool) -> None: ...
+
+    def handover_replayed(self, count: int) -> None: ...
+
+    def handover_skipped(self, count: int) -> None: ...
+
+    def journal_overflowed(self, count: int) -> None: ...
+
+
+class _Entry:
+    __slots__ = ("counted", "event")
+
+    def __init__(self, event: CountableEvent, counted: bool) -> None:
+        self.event = event
+        self.counted = counted  # counted by THIS replica (in any term)
+
+
+class CountJournal:
+    """A :class:`TrainerSink` that forwards to ``target`` and gates countable events on leadership.
+
+    ``target`` is normally the TrainerMetricState. ``journal_size`` 0 disables remembering (a
+    takeover then counts only live events above the previous watermark).
+    """
+
+    def __init__(
+        self, target: TrainerSink, *, journal_size: int, telemetry: JournalTelemetry | None = None
+    ) -> None:
+        if journal_size < 0:
+            raise ValueError("journal_size must be >= 0")
+        self._target = target
+        self._telemetry = telemetry
+        self._journal: deque[_Entry] = deque(maxlen=journal_size)
+        self._journal_size = journal_size
+        self._leading = False
+        self._floor: int | None = None  # previous leader's watermark: events at or below were counted
+        self._watermark: int | None = None
+        # Totals since the process started, also exported through telemetry.
+        self.replayed = 0
+        self.skipped = 0
+        self.overflowed = 0
+        self.counted = 0
+
+    # --- read-only views ---------------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self._leading
+
+    @property
+    def watermark(self) -> int | None:
+        """Highest rv counted by the leaders so far, as this replica knows it (None: nothing known).
+
+        While leading: max(previous watermark, rv of every event counted this term). Publish it with
+        every Lease renewal."""
+        return self._watermark
+
+    @property
+    def remembered(self) -> int:
+        return len(self._journal)
+
+    @property
+    def journal_size(self) -> int:
+        return self._journal_size
+
+    # --- TrainerSink -------------------------------------------------------------------------------
+
+    def on_countable(self, event: CountableEvent) -> None:
+        counted = self._leading and not self._already_counted(event.rv)
+        if self._journal_size:
+            if len(self._journal) == self._journal_size:
+                # deque(maxlen) drops the oldest silently; count it so operators can size the journal.
+                self.overflowed += 1
+                if self._telemetry is not None:
+                    self._telemetry.journal_overflowed(1)
+            self._journal.append(_Entry(event, counted))
+        if counted:
+            self._count(event)
+        elif self._leading:
+            self.skipped += 1
+            if self._telemetry is not None:
+                self._telemetry.handover_skipped(1)
+
+    def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
+        self._target.on_jobs_gauge(key, value)
+
+    def on_runtimes_changed(self) -> None:
+        self._target.on_runtimes_changed()
+
+    # --- leadership --------------------------------------------------------------------------------
+
+    def start_leading(self, previous_watermark: int | None) -> int:
+        """Start counting; replay remembered events above ``previous_watermark``. Returns how many.
+
+        See the module docstring for what None and 0 mean. Calling it while already leading restarts
+        the term with the new floor (nothing is counted twice: entries are marked when counted)."""
+        self._leading = True
+        self._floor = previous_watermark
+        if previous_watermark is not None:
+            self._watermark = previous_watermark
+        # else: keep what this replica itself counted in earlier terms (None if nothing): it is the
+        # best knowledge there is, and it only moves up from here.
+        if self._telemetry is not None:
+            self._telemetry.set_leader(True)
+        replayed = 0
+        if previous_watermark is not None:
+            for entry in self._journal:
+                if entry.counted or entry.event.rv <= previous_watermark:
+                    continue
+                entry.counted = True
+                self._count(entry.event)
+                replayed += 1
+        self.replayed += replayed
+        if replayed and self._telemetry is not None:
+            self._telemetry.handover_replayed(replayed)
+        return replayed
+
+    def stop_leading(self) -> int | None:
+        """Stop counting at once; return the final watermark to publish for the next leader."""
+        if self._leading and self._telemetry is not None:
+            self._telemetry.set_leader(False)
+        self._leading = False
+        self._floor = None
+        return self._watermark
+
+    # --- internals ---------------------------------------------------------------------------------
+
+    def _already_counted(self, rv: int) -> bool:
+        return self._floor is not None and rv <= self._floor
+
+    def _count(self, event: CountableEvent) -> None:
+        self._target.on_countable(event)
+        self.counted += 1
+        if self._watermark is None or event.rv > self._watermark:
+            self._watermark = event.rv

@@ -1,0 +1,105 @@
+"""Self-telemetry exported by every replica (leader or not), under ``trainer_metrics_``.
+
+It lives on its own small CollectorRegistry (not prometheus_client's global REGISTRY, so tests and
+several app instances in one process do not collide). The informer telemetry
+(app/kube/informer_telemetry.py) registers on the same registry: pass ``SelfTelemetry.registry``.
+"""
+
+from __future__ import annotations
+
+import platform
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+from app import __version__
+
+__all__ = ["LIMITS", "SelfTelemetry"]
+
+# Safety limits whose hits are counted: distinct runtime refs beyond the cap collapsed into
+# "unknown", objects larger than max_object_bytes skipped, /debug pages clamped to terminal_page_max.
+LIMITS = ("unknown_runtime_refs", "object_too_large", "debug_page_size")
+
+
+class SelfTelemetry:
+    """The exporter's own metrics; implements the CountJournal's telemetry hooks."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, version: str = __version__) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        reg = self.registry
+        self.leader = Gauge(
+            "trainer_metrics_leader",
+            "1 while this replica leads and exports the Trainer metrics, else 0.",
+            registry=reg,
+        )
+        self.leader_transitions = Counter(
+            "trainer_metrics_leader_transitions",
+            "Times this replica started or stopped leading.",
+            registry=reg,
+        )
+        self.build_info = Gauge(
+            "trainer_metrics_build_info",
+            "Build information (always 1).",
+            ("version", "python_version"),
+            registry=reg,
+        )
+        self.build_info.labels(version, platform.python_version()).set(1)
+        self.handover_replayed_events = Counter(
+            "trainer_metrics_handover_replayed_events",
+            "Remembered countable events counted when this replica took over leadership.",
+            registry=reg,
+        )
+        self.handover_skipped_events = Counter(
+            "trainer_metrics_handover_skipped_events",
+            "Countable events skipped while leading because the previous leader had counted them.",
+            registry=reg,
+        )
+        self.journal_overflow = Counter(
+            "trainer_metrics_journal_overflow",
+            "Countable events dropped from the hand-over journal because it was full.",
+            registry=reg,
+        )
+        self.limit_hits = Counter(
+            "trainer_metrics_limit_hits",
+            "Times a safety limit was hit, by limit.",
+            ("limit",),
+            registry=reg,
+        )
+        for limit in LIMITS:
+            self.limit_hits.labels(limit)  # export 0 from the start, so rate() and alerts see the series
+        # Own instances of the standard collectors: the module-level ones sit on the global REGISTRY.
+        ProcessCollector(registry=reg)
+        PlatformCollector(registry=reg)
+        GCCollector(registry=reg)
+        self._leading = False
+
+    # --- CountJournal hooks ------------------------------------------------------------------------
+
+    def set_leader(self, leading: bool) -> None:
+        if leading != self._leading:
+            self._leading = leading
+            self.leader_transitions.inc()
+        self.leader.set(1 if leading else 0)
+
+    def handover_replayed(self, count: int) -> None:
+        self.handover_replayed_events.inc(count)
+
+    def handover_skipped(self, count: int) -> None:
+        self.handover_skipped_events.inc(count)
+
+    def journal_overflowed(self, count: int) -> None:
+        self.journal_overflow.inc(count)
+
+    # --- other engineers' hooks --------------------------------------------------------------------
+
+    def limit_hit(self, limit: str, count: int = 1) -> None:
+        """Count a safety-limit hit; ``limit`` is one of :data:`LIMITS`."""
+        if limit not in LIMITS:
+            raise ValueError(f"unknown limit {limit!r}")
+        self.limit_hits.labels(limit).inc(count)

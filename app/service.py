@@ -1,0 +1,363 @@
+"""The running service: wires informers, Trainer state, metric state, journal and elector together.
+
+Start order: Kubernetes client → informers (every replica, warm standby) → once every informer has
+synced, the elector (so a new leader always exports from a warm cache) → periodic housekeeping.
+Stop order: stop leading (release the Lease) → informers → client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from app.api.models import (
+    InformerStatus,
+    LeadershipResponse,
+    RuntimeEntry,
+    SnapshotResponse,
+    TerminalEntry,
+    TerminalPage,
+)
+from app.api.routes import InvalidContinueToken
+from app.config import Settings, unknown_env_vars
+from app.kube.client import KubeClient
+from app.kube.elector import ElectorConfig, KubeLeaseClient, LeaseElector, LeaseRecord
+from app.kube.informer import Informer, InformerOptions
+from app.kube.informer_telemetry import InformerTelemetry
+from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+from app.metrics.exposition import Exposition
+from app.metrics.journal import CountJournal
+from app.metrics.telemetry import SelfTelemetry
+from app.metrics.trainer_metrics import TrainerMetricState
+from app.trainer.projections import (
+    CLUSTER_TRAINING_RUNTIME_PROJECTOR,
+    TRAINING_RUNTIME_PROJECTOR,
+    TRAINJOB_PROJECTOR,
+)
+from app.trainer.state import TrainerState
+
+log = logging.getLogger(__name__)
+
+WATERMARK_ANNOTATION = "trainer-metrics.kubeflow.org/watermark"
+_HOUSEKEEPING_INTERVAL = 1.0
+
+
+def _parse_watermark(annotations: Mapping[str, str]) -> int | None:
+    raw = annotations.get(WATERMARK_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        log.warning("ignoring malformed hand-over watermark %r in the Lease", raw[:64])
+        return None
+
+
+def _utc(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
+
+
+class Service:
+    """One replica of trainer-metrics. ``start()`` returns once background tasks run."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.debug_endpoints = settings.debug_endpoints
+        self.terminal_page_max = settings.terminal_page_max
+
+        self.registry = CollectorRegistry()
+        self.telemetry = SelfTelemetry(self.registry)
+        self.informer_telemetry = InformerTelemetry(self.registry)
+        self.metric_state = TrainerMetricState()
+        self.journal = CountJournal(
+            self.metric_state, journal_size=settings.handover_journal_size, telemetry=self.telemetry
+        )
+        self.state = TrainerState(self.journal, max_unknown_runtime_refs=settings.max_unknown_runtime_refs)
+        self.metric_state.set_runtime_provider(self.state.runtime_info)
+        self.exposition = Exposition(self.registry)
+
+        self.client: KubeClient | None = None
+        self.informers: list[Informer[Any]] = []
+        self.elector: LeaseElector | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._failed: list[str] = []
+        self._started_at = time.monotonic()
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        s = self.settings
+        for name in unknown_env_vars():
+            log.warning("ignoring unknown environment variable %s (no such setting)", name)
+        self.client = await KubeClient.connect(s.kubeconfig, s.kube_context)
+        log.info(
+            "watching Kubernetes API at %s",
+            self.client.host,
+            extra={"namespaces": ",".join(s.namespaces) or "all"},
+        )
+        self.informers = self._build_informers(self.client)
+        for informer in self.informers:
+            self._spawn(informer.run(), f"informer {informer.name}")
+        self._spawn(self._housekeeping(), "housekeeping")
+        self._spawn(self._lead_when_synced(), "leader election")
+
+    async def stop(self) -> None:
+        # Reverse order of start: the elector's task releases the Lease when cancelled.
+        for task in reversed(self._tasks):
+            task.cancel()
+        for task in reversed(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.journal.leading:
+            self._stop_exporting()
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
+    def _build_informers(self, client: KubeClient) -> list[Informer[Any]]:
+        options = InformerOptions.from_settings(self.settings)
+        scopes: list[str | None] = list(self.settings.namespaces) or [None]
+        informers: list[Informer[Any]] = [
+            Informer(
+                client,
+                CLUSTER_TRAINING_RUNTIMES,
+                None,
+                CLUSTER_TRAINING_RUNTIME_PROJECTOR,
+                self.state.runtime_handler,
+                options=options,
+                telemetry=self.informer_telemetry,
+            )
+        ]
+        for ns in scopes:
+            informers.append(
+                Informer(
+                    client,
+                    TRAINING_RUNTIMES,
+                    ns,
+                    TRAINING_RUNTIME_PROJECTOR,
+                    self.state.runtime_handler,
+                    options=options,
+                    telemetry=self.informer_telemetry,
+                )
+            )
+        for ns in scopes:
+            informers.append(
+                Informer(
+                    client,
+                    TRAINJOBS,
+                    ns,
+                    TRAINJOB_PROJECTOR,
+                    self.state.job_handler,
+                    options=options,
+                    telemetry=self.informer_telemetry,
+                )
+            )
+        return informers
+
+    def _spawn(self, coro: Any, what: str) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro, name=what)
+
+        def _done(t: asyncio.Task[None]) -> None:
+            if t.cancelled():
+                return
+            exc = t.exception()
+            # Background tasks run until cancelled; one that ends is a bug that liveness must report.
+            self._failed.append(what)
+            log.error("background task %s ended unexpectedly", what, exc_info=exc)
+
+        task.add_done_callback(_done)
+        self._tasks.append(task)
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(_HOUSEKEEPING_INTERVAL)
+            self.state.flush_pending()
+
+    async def _lead_when_synced(self) -> None:
+        # Informers expose a flag, not an event; a short poll until the first sync is cheap.
+        while not all(i.synced for i in self.informers):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        log.info(
+            "informers synced",
+            extra={"trainjobs": self._trainjob_count(), "runtimes": len(self.state.runtimes())},
+        )
+        if not self.settings.leader_election:
+            log.info("leader election disabled: this replica exports the Trainer metrics")
+            self._start_exporting(None)
+            await asyncio.Event().wait()
+            return
+        s = self.settings
+        config = ElectorConfig(
+            lease_name=s.lease_name,
+            lease_namespace=s.lease_namespace,
+            identity=s.identity,
+            lease_duration=s.lease_duration_seconds,
+            renew_deadline=s.renew_deadline_seconds,
+            retry_period=s.retry_period_seconds,
+        )
+        assert self.client is not None
+        self.elector = LeaseElector(
+            KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds),
+            config,
+            _Callbacks(self),
+            annotations=self._lease_annotations,
+        )
+        await self.elector.run()
+
+    # --- leadership ------------------------------------------------------------------------------
+
+    def _lease_annotations(self) -> dict[str, str]:
+        watermark = self.journal.watermark
+        return {WATERMARK_ANNOTATION: str(watermark)} if watermark is not None else {}
+
+    def _start_exporting(self, previous: LeaseRecord | None) -> None:
+        floor = _parse_watermark(previous.annotations) if previous is not None else None
+        replayed = self.journal.start_leading(floor)
+        self.exposition.set_trainer_source(self.metric_state)
+        log.info(
+            "started leading: exporting the Trainer metrics",
+            extra={"previous_watermark": floor, "replayed_events": replayed},
+        )
+
+    def _stop_exporting(self) -> None:
+        # Unregister first: from this instant no scrape of this replica shows Trainer metrics.
+        self.exposition.set_trainer_source(None)
+        watermark = self.journal.stop_leading()
+        log.info("stopped leading: Trainer metrics no longer exported", extra={"watermark": watermark})
+
+    # --- views for the routes ----------------------------------------------------------------------
+
+    def liveness_problems(self) -> list[str]:
+        return [f"background task {what} died" for what in self._failed]
+
+    def readiness_problems(self) -> list[str]:
+        problems = []
+        for informer in self.informers:
+            if not informer.synced:
+                problems.append(f"informer {informer.name} has not synced")
+            elif informer.stale:
+                problems.append(f"informer {informer.name} is stale (no watch activity)")
+        if not self.informers:
+            problems.append("informers not started")
+        return problems + self.liveness_problems()
+
+    def render_metrics(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, dict[str, str]]:
+        return self.exposition.render(accept, accept_encoding)
+
+    def _trainjob_count(self) -> int:
+        return sum(len(i) for i in self.informers if i.resource is TRAINJOBS)
+
+    def snapshot(self) -> SnapshotResponse:
+        now = time.monotonic()
+        runtimes = [
+            RuntimeEntry(
+                runtime_ref=r.ref,
+                kind=r.kind,
+                namespace=r.namespace,
+                name=r.name,
+                ml_policy=r.ml_policy,
+                pod_group_policy=r.pod_group_policy,
+                framework=r.framework,
+                num_nodes=r.num_nodes,
+                accelerator_class=r.accelerator_class,
+                accelerators_per_node=r.accelerators_per_node,
+                resource_version=r.resource_version,
+            )
+            for r in sorted(self.state.runtimes(), key=lambda r: r.ref)
+        ]
+        informers = [
+            InformerStatus(
+                name=i.name,
+                synced=i.synced,
+                stale=i.stale,
+                objects=len(i),
+                resource_version=i.resource_version,
+                last_event_age_seconds=round(now - i.last_event, 3),
+            )
+            for i in self.informers
+        ]
+        return SnapshotResponse(
+            runtimes=runtimes,
+            informers=informers,
+            trainjobs=self._trainjob_count(),
+            terminal_entries=self.state.terminal_count,
+            unknown_runtime_refs=self.state.unknown_runtime_refs,
+        )
+
+    def terminal_page(self, limit: int, continue_token: str | None) -> TerminalPage:
+        try:
+            entries, next_token = self.state.terminal_entries(limit, continue_token)
+        except ValueError as exc:
+            raise InvalidContinueToken(str(exc)) from None
+        items = [
+            TerminalEntry(
+                namespace=e.namespace,
+                name=e.name,
+                uid=e.uid,
+                result=e.result,
+                reason=e.reason,
+                terminal_time=_utc(e.terminal_time),
+                recorded_time=datetime.fromtimestamp(e.recorded_time, UTC),
+            )
+            for e in entries
+        ]
+        return TerminalPage(total=self.state.terminal_count, items=items, continue_=next_token)
+
+    def leadership(self) -> LeadershipResponse:
+        s = self.settings
+        observed = None
+        if self.elector is None:
+            return LeadershipResponse(
+                identity=s.identity,
+                is_leader=self.journal.leading,
+                election_enabled=s.leader_election,
+                holder=s.identity if self.journal.leading else None,
+                lease_name=s.lease_name,
+                lease_namespace=s.lease_namespace,
+                acquire_time=None,
+                renew_time=None,
+                lease_transitions=None,
+                watermark=self.journal.watermark,
+                observed_watermark=None,
+                transitions_seen=0,
+                last_change=None,
+            )
+        st = self.elector.status()
+        observed = _parse_watermark(st.annotations)
+        return LeadershipResponse(
+            identity=st.identity,
+            is_leader=st.is_leader,
+            election_enabled=True,
+            holder=st.holder,
+            lease_name=st.lease_name,
+            lease_namespace=st.lease_namespace,
+            acquire_time=st.acquire_time,
+            renew_time=st.renew_time,
+            lease_transitions=st.lease_transitions,
+            watermark=self.journal.watermark,
+            observed_watermark=observed,
+            transitions_seen=st.transitions_seen,
+            last_change=st.last_change,
+        )
+
+
+class _Callbacks:
+    def __init__(self, service: Service) -> None:
+        self._service = service
+
+    def on_started_leading(self, previous: LeaseRecord | None) -> None:
+        self._service._start_exporting(previous)
+
+    def on_stopped_leading(self) -> None:
+        self._service._stop_exporting()
+
+    def on_new_leader(self, identity: str | None) -> None:
+        log.info("leader is now %s", identity or "nobody")

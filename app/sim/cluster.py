@@ -1,0 +1,117 @@
+"""`SimulatedCluster`: store + faults + HTTP server on a real socket, as one async context manager."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from aiohttp import web
+
+from app.kube.resources import CLUSTER_TRAINING_RUNTIMES
+from app.sim import crds
+from app.sim.faults import Faults
+from app.sim.kubeconfig import write_kubeconfig
+from app.sim.server import SimServer
+from app.sim.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class SimulatedCluster:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        watch_timeout: tuple[float, float] = (1800.0, 3600.0),
+        bookmark_interval: float = 60.0,
+        history_window: int = 10_000,
+        load_runtimes: bool = False,
+        token: str | None = None,
+        store: Store | None = None,
+        watch_queue_size: int = 10_000,
+        too_large_wait: float = 0.2,
+        watchlist_defaulting: bool = True,
+        rv0_ignores_limit: bool = False,
+        snapshot_ttl: float = 300.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.store = (
+            store if store is not None else Store(history_window=history_window, snapshot_ttl=snapshot_ttl)
+        )
+        self.faults = Faults(self.store)
+        self.faults.set_token(token)
+        self.server = SimServer(
+            self.store,
+            self.faults,
+            watch_timeout=watch_timeout,
+            bookmark_interval=bookmark_interval,
+            watch_queue_size=watch_queue_size,
+            too_large_wait=too_large_wait,
+            watchlist_defaulting=watchlist_defaulting,
+            rv0_ignores_limit=rv0_ignores_limit,
+        )
+        self._load_runtimes = load_runtimes
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        if self._runner is None:
+            raise RuntimeError("SimulatedCluster is not started")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        if self._load_runtimes:
+            load_cluster_training_runtimes(self.store)
+        # handler_cancellation: a client that goes away ends its watch handler at once (no leaked streams).
+        runner = web.AppRunner(
+            self.server.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        await site.start()
+        self._runner = runner
+        address = runner.addresses[0]
+        self.port = int(address[1])
+        self.server.server_address = f"{self.host}:{self.port}"
+        log.debug("simulated cluster listening on %s", self.url)
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        self.faults.clear()
+        self.server.close()
+        await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def write_kubeconfig(
+        self, path: str | Path, *, token: str | None = None, namespace: str = "default"
+    ) -> Path:
+        """A kubeconfig for this cluster; the token defaults to the one the cluster currently requires."""
+        return write_kubeconfig(path, self.url, token=token or self.faults.token, namespace=namespace)
+
+
+def load_cluster_training_runtimes(store: Store) -> int:
+    """Create the upstream ClusterTrainingRuntimes that are not in the store yet; returns how many."""
+    created = 0
+    existing = {e.key[1] for e in store.entries(CLUSTER_TRAINING_RUNTIMES, None)}
+    for obj in crds.cluster_training_runtimes():
+        if obj["metadata"]["name"] not in existing:
+            store.create(CLUSTER_TRAINING_RUNTIMES, None, obj, field_manager="kubectl")
+            created += 1
+    return created

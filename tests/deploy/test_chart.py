@@ -1,0 +1,310 @@
+"""The Helm chart, rendered and linted by the real Helm engine, validated against the Kubernetes schemas."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+
+from .chart import CHART_DIR, FULLNAME, NAMESPACE, Rendered, RenderFn, production_values
+
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest kubernetes-validate ships.
+KUBE_VERSIONS = ["1.25", kubernetes_validate.latest_version()]
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+
+# Values that turn each optional feature on, alone; the production example turns on most of them at once.
+FEATURES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "watch-namespaces": {"watchNamespaces": ["team-a", "team-b"]},
+    "auth": {
+        "auth": {
+            "enabled": True,
+            "metricsReaderSubjects": [
+                {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}
+            ],
+        }
+    },
+    "tls": {"tls": {"enabled": True, "secretName": "tm-tls"}},
+    "service-monitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "service-monitor-tls-auth": {
+        "serviceMonitor": {"enabled": True, "namespace": "monitoring"},
+        "tls": {"enabled": True, "secretName": "tm-tls"},
+        "auth": {"enabled": True},
+    },
+    "prometheus-rule": {"prometheusRule": {"enabled": True}},
+    "grafana-dashboard": {"grafanaDashboard": {"enabled": True}},
+    "network-policy": {
+        "networkPolicy": {
+            "enabled": True,
+            "ingressFrom": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+            ],
+            "apiServer": {"cidrs": ["10.0.0.1/32", "fd00::1/128"]},
+        }
+    },
+    "single-replica-no-election": {"replicaCount": 1, "leaderElection": {"enabled": False}},
+    "hard-anti-affinity": {"podAntiAffinity": "hard", "topologySpread": {"enabled": False}},
+    "custom-affinity": {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "priorityClassName": "system-cluster-critical",
+    },
+    "existing-service-account": {"serviceAccount": {"create": False, "name": "ops-sa"}},
+    "image-digest": {"image": {"digest": "sha256:" + "a" * 64, "pullPolicy": "Always"}},
+    "extras": {
+        "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+        "podAnnotations": {"example.com/a": "b"},
+        "podLabels": {"team": "ml"},
+        "commonLabels": {"cost-center": "42"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "extraTopologySpreadConstraints": [
+            {
+                "maxSkew": 2,
+                "topologyKey": "example.com/rack",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "trainer-metrics"}},
+            }
+        ],
+    },
+    "production": production_values(),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(FEATURES), ids=sorted(FEATURES))
+def feature(request: pytest.FixtureRequest, render: RenderFn) -> tuple[str, Rendered]:
+    name: str = request.param
+    return name, render(copy.deepcopy(FEATURES[name]))
+
+
+# --- helm lint ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(FEATURES))
+def test_helm_lint_strict_passes(name: str) -> None:
+    report = helm.lint(CHART_DIR, copy.deepcopy(FEATURES[name]), strict=True, namespace=NAMESPACE)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]  # 2 warning, 3 error
+    assert report["errors"] == [] and problems == [], report
+    assert report["total_charts_linted"] == 1
+
+
+def test_helm_lint_reports_schema_violation() -> None:
+    report = helm.lint(CHART_DIR, {"replicaCount": "two"}, strict=True, namespace=NAMESPACE)
+    text = " ".join(str(m["error"]) for m in report["messages"] if m["severity"] == 3) + " ".join(
+        report["errors"]
+    )
+    assert "/replicaCount" in text and "want integer" in text, report
+
+
+# --- rendered objects --------------------------------------------------------------------------------------
+
+
+def test_rendered_objects_validate_against_kubernetes_schemas(feature: tuple[str, Rendered]) -> None:
+    _, rendered = feature
+    checked = 0
+    for obj in rendered.objects:
+        if obj["kind"] in CRD_KINDS:
+            continue  # structural checks in test_monitoring.py
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                path = ".".join(str(p) for p in exc.path)
+                pytest.fail(
+                    f"{obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes {version}: {path}: "
+                    f"{exc.message}"
+                )
+        checked += 1
+    assert checked >= 5
+
+
+def test_every_object_is_labelled_and_namespaced(feature: tuple[str, Rendered]) -> None:
+    _, rendered = feature
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    for obj in rendered.objects:
+        meta = obj["metadata"]
+        assert meta["labels"]["app.kubernetes.io/instance"] == "tm", meta
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        if obj["kind"] in cluster_scoped:
+            assert "namespace" not in meta
+        else:
+            assert meta.get("namespace"), f"{obj['kind']}/{meta['name']} has no namespace"
+
+
+def test_default_install_objects(render: RenderFn) -> None:
+    rendered = render()
+    assert rendered.kinds() == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+    }
+    pdb = rendered.one("PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert (
+        pdb["spec"]["selector"]["matchLabels"]
+        == rendered.one("Deployment")["spec"]["selector"]["matchLabels"]
+    )
+    svc = rendered.one("Service")
+    assert svc["spec"]["ports"] == [
+        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP", "appProtocol": "http"}
+    ]
+    assert svc["spec"]["selector"] == rendered.one("Deployment")["spec"]["selector"]["matchLabels"]
+
+
+def test_deployment_defaults(render: RenderFn) -> None:
+    rendered = render()
+    deploy = rendered.one("Deployment", FULLNAME)
+    spec = deploy["spec"]
+    pod = spec["template"]["spec"]
+    c = rendered.container
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert c["image"] == "trainer-metrics:0.1.0"
+    assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http", "scheme": "HTTP"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTP"}
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    # Hardened: non-root 65532, read-only root, no privilege escalation, no capabilities, seccomp.
+    psc, sc = pod["securityContext"], c["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 65532
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 65532
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # /tmp is writable although the root filesystem is not.
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
+    # Time to release the Lease on SIGTERM; more than the renew deadline.
+    assert pod["terminationGracePeriodSeconds"] > 10
+    # A Service named trainer-metrics would otherwise inject TRAINER_METRICS_PORT=tcp://... into the pod.
+    assert pod["enableServiceLinks"] is False
+    assert pod["serviceAccountName"] == FULLNAME
+    # Spread: preferred anti-affinity across nodes, topology spread across zones and nodes.
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    selector = spec["selector"]["matchLabels"]
+    assert anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    spread = pod["topologySpreadConstraints"]
+    assert {t["topologyKey"] for t in spread} == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    assert all(t["labelSelector"]["matchLabels"] == selector for t in spread)
+    assert all(t["whenUnsatisfiable"] == "ScheduleAnyway" for t in spread)
+
+
+def test_downward_api_identity_and_lease_namespace(render: RenderFn) -> None:
+    rendered = render()
+    env_vars = {v["name"]: v for v in rendered.container["env"]}
+    assert env_vars["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env_vars["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    env = rendered.env(pod_name="tm-trainer-metrics-abc")
+    assert env["TRAINER_METRICS_IDENTITY"] == "tm-trainer-metrics-abc"
+    assert env["TRAINER_METRICS_LEASE_NAMESPACE"] == NAMESPACE
+    assert env["TRAINER_METRICS_LEASE_NAME"] == FULLNAME
+    assert env["TRAINER_METRICS_NAMESPACES"] == ""
+    # Only the service's own settings: no auth/TLS variables unless turned on.
+    assert not {"TRAINER_METRICS_AUTH_ENABLED", "TRAINER_METRICS_TLS_CERT_FILE"} & env.keys()
+
+
+def test_tls_mounts_secret_and_switches_probes_to_https(render: RenderFn) -> None:
+    rendered = render({"tls": {"enabled": True, "secretName": "tm-tls"}})
+    c = rendered.container
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    assert {"name": "tls", "mountPath": "/etc/trainer-metrics/tls", "readOnly": True} in c["volumeMounts"]
+    tls_volume = next(v for v in pod["volumes"] if v["name"] == "tls")
+    assert tls_volume["secret"]["secretName"] == "tm-tls"
+    env = rendered.env()
+    assert env["TRAINER_METRICS_TLS_CERT_FILE"] == "/etc/trainer-metrics/tls/tls.crt"
+    assert env["TRAINER_METRICS_TLS_KEY_FILE"] == "/etc/trainer-metrics/tls/tls.key"
+    assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert rendered.one("Service")["spec"]["ports"][0]["appProtocol"] == "https"
+
+
+def test_auth_sets_env(render: RenderFn) -> None:
+    assert render({"auth": {"enabled": True}}).env()["TRAINER_METRICS_AUTH_ENABLED"] == "true"
+
+
+def test_single_replica_without_election_has_no_lease_role_nor_pdb(render: RenderFn) -> None:
+    rendered = render(FEATURES["single-replica-no-election"])
+    assert "PodDisruptionBudget" not in rendered.kinds()
+    assert not [r for r in rendered.of_kind("Role") if r["metadata"]["name"].endswith("-lease")]
+    assert rendered.env()["TRAINER_METRICS_LEADER_ELECTION"] == "false"
+
+
+def test_hard_anti_affinity_and_custom_affinity(render: RenderFn) -> None:
+    pod = render(FEATURES["hard-anti-affinity"]).one("Deployment")["spec"]["template"]["spec"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in pod["affinity"]["podAntiAffinity"]
+    assert "topologySpreadConstraints" not in pod
+    pod = render(FEATURES["custom-affinity"]).one("Deployment")["spec"]["template"]["spec"]
+    assert pod["affinity"] == FEATURES["custom-affinity"]["affinity"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+
+
+def test_existing_service_account_is_bound_not_created(render: RenderFn) -> None:
+    rendered = render(FEATURES["existing-service-account"])
+    assert "ServiceAccount" not in rendered.kinds()
+    assert rendered.one("Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
+    for binding in rendered.of_kind("RoleBinding") + rendered.of_kind("ClusterRoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ops-sa", "namespace": NAMESPACE}]
+
+
+def test_image_digest_wins_over_tag(render: RenderFn) -> None:
+    assert render(FEATURES["image-digest"]).container["image"] == "trainer-metrics@sha256:" + "a" * 64
+
+
+def test_release_named_like_the_chart_keeps_short_names(render: RenderFn) -> None:
+    rendered = render(name="trainer-metrics")
+    assert rendered.one("Deployment")["metadata"]["name"] == "trainer-metrics"
+    assert rendered.env()["TRAINER_METRICS_LEASE_NAME"] == "trainer-metrics"
+
+
+def test_network_policy(render: RenderFn) -> None:
+    policy = render(FEATURES["network-policy"]).one("NetworkPolicy")["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["ingress"] == [
+        {
+            "ports": [{"port": "http", "protocol": "TCP"}],
+            "from": FEATURES["network-policy"]["networkPolicy"]["ingressFrom"],
+        }
+    ]
+    api, dns = policy["egress"]
+    assert api["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}, {"ipBlock": {"cidr": "fd00::1/128"}}]
+    assert {p["port"] for p in api["ports"]} == {443, 6443}
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+
+
+def test_notes_tell_how_to_check(render: RenderFn) -> None:
+    notes = render().notes
+    for needle in ("port-forward service/tm-trainer-metrics", "/readyz", "/metrics", "/debug/leadership"):
+        assert needle in notes
+    notes = render(production_values()).notes
+    assert "https://localhost:8080/metrics" in notes and "Authorization: Bearer" in notes
+
+
+def test_packaged_chart_renders_with_its_files(tmp_path: Path) -> None:
+    # .helmignore must keep files/ (alerts, dashboard) and the schema in the archive.
+    archive = helm.package(CHART_DIR, destination=tmp_path)
+    with helm.Chart.load(archive) as packaged:
+        assert packaged.schema is not None
+        values = {"prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}}
+        rendered = Rendered(packaged.render(values, name="tm", namespace=NAMESPACE))
+        assert rendered.one("PrometheusRule")["spec"]["groups"]
+        assert rendered.one("ConfigMap")["data"]

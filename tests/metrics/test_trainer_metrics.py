@@ -1,0 +1,333 @@
+"""TrainerMetricState: the metric contract (product.md §3) and the cached text rendering."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+
+from app.metrics.trainer_metrics import (
+    ACCELERATOR_BUCKETS,
+    LIFETIME_BUCKETS,
+    NODES_BUCKETS,
+    TrainerMetricState,
+    escape_label_value,
+)
+from app.trainer.events import RuntimeInfo
+
+from .helpers import REF, created, families, feed, finished, reference_text, sample_count, samples, value
+
+RUNTIME = RuntimeInfo(
+    "", "torch-distributed", "trainer.kubeflow.org", "ClusterTrainingRuntime", "torch", "none", "torch"
+)
+
+EXPECTED = {
+    # family name (as the text parser reports it) -> (type, label names without le)
+    "kubeflow_trainer_runtime_info": (
+        "gauge",
+        {"namespace", "name", "api_group", "kind", "ml_policy", "pod_group_policy", "framework"},
+    ),
+    "kubeflow_trainer_trainjob_created": ("counter", {"namespace", "runtime_ref"}),
+    "kubeflow_trainer_trainjob_finished": ("counter", {"result", "reason", "runtime_ref"}),
+    "kubeflow_trainer_trainjob_lifetime_seconds": ("histogram", {"result", "runtime_ref"}),
+    "kubeflow_trainer_trainjob_requested_training_nodes_per_job": ("histogram", {"runtime_ref"}),
+    "kubeflow_trainer_trainjob_requested_accelerators": ("histogram", {"accelerator_class", "runtime_ref"}),
+    "kubeflow_trainer_trainjobs": ("gauge", {"namespace", "runtime_ref", "state"}),
+}
+
+
+def full_state() -> TrainerMetricState:
+    state = TrainerMetricState(lambda: [RUNTIME])
+    state.on_runtimes_changed()
+    feed(state, [created(1, nodes=2, accel_class="nvidia.com/gpu", accel=16), finished(2, lifetime=90.0)])
+    state.on_jobs_gauge(("team-a", REF, "running"), 3)
+    return state
+
+
+def test_names_types_and_label_sets_are_the_contract() -> None:
+    text = full_state().render_text()
+    fams = families(text)
+    assert set(fams) == set(EXPECTED)
+    for name, (mtype, labels) in EXPECTED.items():
+        fam = fams[name]
+        assert fam.type == mtype, name
+        assert fam.samples, name
+        for s in fam.samples:
+            assert set(s.labels) - {"le"} == labels, (name, s.labels)
+    # Counters are exposed with _total in the text format, HELP/TYPE included.
+    assert b"# TYPE kubeflow_trainer_trainjob_created_total counter\n" in text
+    assert b"# TYPE kubeflow_trainer_trainjob_finished_total counter\n" in text
+    assert (
+        value(
+            text,
+            "kubeflow_trainer_runtime_info",
+            namespace="",
+            name="torch-distributed",
+            api_group="trainer.kubeflow.org",
+            kind="ClusterTrainingRuntime",
+            ml_policy="torch",
+            pod_group_policy="none",
+            framework="torch",
+        )
+        == 1.0
+    )
+
+
+def test_bucket_boundaries() -> None:
+    assert LIFETIME_BUCKETS[0] == 60 and LIFETIME_BUCKETS[-1] == 7 * 86400
+    assert list(NODES_BUCKETS) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    assert list(ACCELERATOR_BUCKETS) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    text = full_state().render_text()
+    fams = families(text)
+
+    def les(name: str) -> list[str]:
+        return [s.labels["le"] for s in fams[name].samples if s.name.endswith("_bucket")]
+
+    assert les("kubeflow_trainer_trainjob_requested_training_nodes_per_job") == [
+        *(f"{float(2**i)}" for i in range(11)),
+        "+Inf",
+    ]
+    assert les("kubeflow_trainer_trainjob_requested_accelerators")[:3] == ["0.0", "1.0", "2.0"]
+    assert les("kubeflow_trainer_trainjob_lifetime_seconds")[-2:] == ["604800.0", "+Inf"]
+
+
+def _bucket(text: bytes, name: str, le: str, **labels: str) -> float | None:
+    return value(text, name + "_bucket", le=le, **labels)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "first_le"),
+    [(1, "1.0"), (2, "2.0"), (3, "4.0"), (1024, "1024.0"), (1025, "+Inf"), (0, "1.0")],
+)
+def test_bucket_upper_bound_is_inclusive(nodes: int, first_le: str) -> None:
+    state = TrainerMetricState()
+    state.on_countable(created(1, nodes=nodes))
+    text = state.render_text()
+    name = "kubeflow_trainer_trainjob_requested_training_nodes_per_job"
+    les = ["1.0", "2.0", "4.0", "8.0", "16.0", "32.0", "64.0", "128.0", "256.0", "512.0", "1024.0", "+Inf"]
+    got = [_bucket(text, name, le, runtime_ref=REF) for le in les]
+    expected = [0.0 if les.index(le) < les.index(first_le) else 1.0 for le in les]
+    assert got == expected
+    assert value(text, name + "_sum", runtime_ref=REF) == float(nodes)
+    assert value(text, name + "_count", runtime_ref=REF) == 1.0
+
+
+def test_zero_accelerators_land_in_the_zero_bucket() -> None:
+    state = TrainerMetricState()
+    state.on_countable(created(1, accel_class="none", accel=0))
+    state.on_countable(created(2, accel_class="nvidia.com/gpu", accel=4096))
+    text = state.render_text()
+    name = "kubeflow_trainer_trainjob_requested_accelerators"
+    assert _bucket(text, name, "0.0", accelerator_class="none", runtime_ref=REF) == 1.0
+    assert _bucket(text, name, "2048.0", accelerator_class="nvidia.com/gpu", runtime_ref=REF) == 0.0
+    assert _bucket(text, name, "4096.0", accelerator_class="nvidia.com/gpu", runtime_ref=REF) == 1.0
+
+
+def test_lifetime_observed_with_finished_only_when_known() -> None:
+    state = TrainerMetricState()
+    feed(
+        state,
+        [
+            finished(1, lifetime=60.0),  # boundary: le=60
+            finished(2, lifetime=None),  # counted finished, no observation
+            finished(3, lifetime=-5.0),  # clock skew: observed as 0
+            finished(4, lifetime=math.nan),  # never poisons the sum
+            finished(5, result="failed", reason="DeadlineExceeded", lifetime=700000.0),
+        ],
+    )
+    text = state.render_text()
+    name = "kubeflow_trainer_trainjob_lifetime_seconds"
+    ok = {"result": "succeeded", "runtime_ref": REF}
+    assert value(text, "kubeflow_trainer_trainjob_finished_total", reason="none", **ok) == 4.0
+    assert value(text, name + "_count", **ok) == 2.0
+    assert value(text, name + "_sum", **ok) == 60.0
+    assert _bucket(text, name, "60.0", **ok) == 2.0
+    bad = {"result": "failed", "runtime_ref": REF}
+    assert _bucket(text, name, "604800.0", **bad) == 0.0
+    assert _bucket(text, name, "+Inf", **bad) == 1.0
+
+
+def test_jobs_gauge_zero_removes_the_series() -> None:
+    state = TrainerMetricState()
+    key = ("team-a", REF, "pending")
+    state.on_jobs_gauge(key, 2)
+    assert (
+        value(
+            state.render_text(),
+            "kubeflow_trainer_trainjobs",
+            namespace="team-a",
+            runtime_ref=REF,
+            state="pending",
+        )
+        == 2.0
+    )
+    state.on_jobs_gauge(key, 0)
+    text = state.render_text()
+    assert b"kubeflow_trainer_trainjobs{" not in text
+    assert b"# TYPE kubeflow_trainer_trainjobs gauge" in text  # the family stays, empty
+    state.on_jobs_gauge(key, 0)  # removing an absent series is a no-op
+    state.on_jobs_gauge(key, 5)
+    assert text != state.render_text() == reference_text(state)
+
+
+def test_runtime_info_is_read_only_when_signalled() -> None:
+    calls = 0
+    runtimes = [RUNTIME]
+
+    def provider() -> list[RuntimeInfo]:
+        nonlocal calls
+        calls += 1
+        return list(runtimes)
+
+    state = TrainerMetricState(provider)
+    state.render_text()
+    state.render_text()
+    assert calls == 1  # initial read
+    runtimes.append(
+        RuntimeInfo("team-a", "mine", "trainer.kubeflow.org", "TrainingRuntime", "jax", "volcano", "")
+    )
+    assert b'name="mine"' not in state.render_text()  # no signal, no re-read
+    state.on_runtimes_changed()
+    state.on_runtimes_changed()
+    text = state.render_text()
+    assert calls == 2 and b'name="mine"' in text
+    runtimes.clear()
+    state.on_runtimes_changed()
+    assert b"kubeflow_trainer_runtime_info{" not in state.render_text()
+
+
+def test_text_is_cached_until_something_changes() -> None:
+    state = full_state()
+    first = state.render_text()
+    assert state.render_text() is first
+    state.on_jobs_gauge(("team-a", REF, "running"), 3)  # same value: nothing changes
+    assert state.render_text() is first
+    state.on_countable(created(10))
+    second = state.render_text()
+    assert second is not first and second == reference_text(state)
+
+
+def test_label_values_are_escaped() -> None:
+    nasty = 'a"b\\c\nd'
+    assert escape_label_value(nasty) == 'a\\"b\\\\c\\nd'
+    state = TrainerMetricState()
+    state.on_countable(created(1, ns=nasty, ref=nasty, accel_class=nasty))
+    text = state.render_text()
+    assert text == reference_text(state)
+    assert b'namespace="a\\"b\\\\c\\nd"' in text
+    assert value(text, "kubeflow_trainer_trainjob_created_total", namespace=nasty, runtime_ref=nasty) == 1.0
+    assert (
+        value(
+            text,
+            "kubeflow_trainer_trainjob_requested_accelerators_bucket",
+            le="0.0",
+            accelerator_class=nasty,
+            runtime_ref=nasty,
+        )
+        == 1.0
+    )
+
+
+def test_large_values_use_go_float_formatting() -> None:
+    state = TrainerMetricState()
+    state.on_countable(created(1, nodes=3))
+    state.on_countable(finished(2, lifetime=1234567.891))
+    state.render_text()
+    # Reach the exponent range of Go's float formatting without a million events.
+    state.created.values[("team-a", REF)] = 12_345_678
+    state.created._touch(("team-a", REF))
+    state.requested_nodes.counts[(REF,)][2] = 2_000_000
+    state.requested_nodes._touch((REF,))
+    state.on_jobs_gauge(("team-a", REF, "running"), 1_000_000)
+    text = state.render_text()
+    assert text == reference_text(state)
+    assert b"kubeflow_trainer_trainjob_created_total" in text and b"1.2345678e+07" in text
+
+
+def test_openmetrics_parses_and_names_counters_without_total() -> None:
+    state = full_state()
+    body = state.render_openmetrics()
+    assert not body.endswith(b"# EOF\n")
+    assert b"# TYPE kubeflow_trainer_trainjob_created counter\n" in body
+    assert b"kubeflow_trainer_trainjob_created_total{" in body
+    parsed = {f.name: f for f in parse_openmetrics((body + b"# EOF\n").decode())}
+    assert set(parsed) == set(EXPECTED)
+    assert state.render_openmetrics() is body  # cached until a change
+
+
+# --- equivalence with prometheus_client on random states ---------------------------------------------
+
+_label = st.one_of(
+    st.sampled_from(["", "team-a", REF, "nvidia.com/gpu", "unknown"]),
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=8),
+    st.text(alphabet='ab"\\\n{}=,', max_size=6),
+)
+_op = st.one_of(
+    st.tuples(st.just("created"), _label, _label, st.integers(0, 5000), _label, st.integers(0, 10000)),
+    st.tuples(
+        st.just("finished"),
+        st.sampled_from(["succeeded", "failed"]),
+        _label,
+        _label,
+        st.one_of(st.none(), st.floats(-10, 2e6, allow_nan=False)),
+    ),
+    st.tuples(
+        st.just("gauge"), _label, _label, st.sampled_from(["pending", "running", "failed"]), st.integers(0, 3)
+    ),
+    st.tuples(st.just("runtimes"), st.lists(st.tuples(_label, _label), max_size=4)),
+    st.tuples(st.just("render")),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_op, max_size=40))
+def test_render_text_equals_prometheus_client(ops: list[tuple[object, ...]]) -> None:
+    runtimes: list[RuntimeInfo] = []
+    state = TrainerMetricState(lambda: runtimes)
+    for rv, op in enumerate(ops, start=1):
+        kind = op[0]
+        if kind == "created":
+            _, ns, ref, nodes, cls, accel = op
+            state.on_countable(
+                created(
+                    rv,
+                    ns=str(ns),
+                    ref=str(ref),
+                    nodes=int(str(nodes)),
+                    accel_class=str(cls),
+                    accel=int(str(accel)),
+                )
+            )
+        elif kind == "finished":
+            _, result, reason, ref, lifetime = op
+            state.on_countable(
+                finished(
+                    rv,
+                    result=str(result),
+                    reason=str(reason),
+                    ref=str(ref),
+                    lifetime=lifetime if isinstance(lifetime, float) else None,
+                )
+            )
+        elif kind == "gauge":
+            _, ns, ref, job_state, n = op
+            state.on_jobs_gauge((str(ns), str(ref), str(job_state)), int(str(n)))
+        elif kind == "runtimes":
+            pairs = op[1]
+            assert isinstance(pairs, list)
+            runtimes[:] = [
+                RuntimeInfo(ns, name, "trainer.kubeflow.org", "TrainingRuntime", "torch", "none", "")
+                for ns, name in pairs
+            ]
+            state.on_runtimes_changed()
+        else:
+            state.render_text()  # exercise partial re-rendering from the cache
+    text = state.render_text()
+    reference = reference_text(state)
+    assert samples(text) == samples(reference)
+    assert sample_count(text) == sample_count(reference)
+    assert text == reference  # and byte for byte
+    parse_openmetrics((state.render_openmetrics() + b"# EOF\n").decode())

@@ -1,0 +1,81 @@
+"""Settings: defaults, environment parsing, and one clear message per bad setting."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.cli import main as cli_main
+from app.config import ENV_PREFIX, Settings, SettingsError, load_settings, unknown_env_vars
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_defaults_follow_client_go_lease_timings() -> None:
+    s = load_settings()
+    assert (s.lease_duration_seconds, s.renew_deadline_seconds, s.retry_period_seconds) == (15.0, 10.0, 2.0)
+    assert s.namespaces == []
+    assert s.port == 8080
+
+
+def test_namespaces_from_comma_separated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(f"{ENV_PREFIX}NAMESPACES", " team-a, team-b ,,")
+    assert load_settings().namespaces == ["team-a", "team-b"]
+
+
+def test_identity_and_lease_namespace_from_downward_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAME", "trainer-metrics-7f9c")
+    monkeypatch.setenv("POD_NAMESPACE", "monitoring")
+    s = load_settings()
+    assert (s.identity, s.lease_namespace) == ("trainer-metrics-7f9c", "monitoring")
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "needle"),
+    [
+        ("PORT", "abc", "invalid setting port (TRAINER_METRICS_PORT)"),
+        ("PORT", "70000", "invalid setting port (TRAINER_METRICS_PORT)"),
+        ("LOG_FORMAT", "xml", "invalid setting log_format (TRAINER_METRICS_LOG_FORMAT)"),
+        ("LEASE_DURATION_SECONDS", "5", "lease_duration_seconds must be greater than renew_deadline_seconds"),
+        ("RETRY_PERIOD_SECONDS", "9", "renew_deadline_seconds must be greater than 1.2"),
+        ("TLS_CERT_FILE", "/tmp/cert.pem", "tls_cert_file and tls_key_file must be set together"),
+        ("NO_SUCH_SETTING", "1", None),
+    ],
+)
+def test_bad_setting_is_named_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, needle: str | None
+) -> None:
+    monkeypatch.setenv(ENV_PREFIX + env, value)
+    if needle is None:
+        # Unknown TRAINER_METRICS_* variables are not fatal: Kubernetes service links inject variables such
+        # as TRAINER_METRICS_SERVICE_HOST for a Service of that name. They are reported by unknown_env_vars().
+        load_settings()
+        assert unknown_env_vars() == [ENV_PREFIX + env]
+        return
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    message = str(info.value)
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_cli_prints_one_line_and_exits_2_on_bad_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(f"{ENV_PREFIX}PORT", "-1")
+    assert cli_main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("trainer-metrics: invalid setting port (TRAINER_METRICS_PORT)")
+
+
+def test_readme_configuration_table_lists_every_setting() -> None:
+    text = README.read_text()
+    documented = set(re.findall(r"`(TRAINER_METRICS_[A-Z_]+)`", text))
+    expected = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    assert expected <= documented, f"missing from README: {sorted(expected - documented)}"
+    assert documented - expected == set(), (
+        f"README documents unknown settings: {sorted(documented - expected)}"
+    )

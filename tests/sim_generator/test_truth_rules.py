@@ -1,0 +1,162 @@
+"""The ground truth's own reading of the Trainer rules (product.md §3, trainer-domain.md §1-§3)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from app.sim import shapes
+from app.sim.truth import (
+    RuntimeFacts,
+    Truth,
+    classify,
+    parse_quantity,
+    quantity_value,
+    requested_accelerators,
+    requested_nodes,
+    runtime_facts,
+    runtime_ref_of,
+)
+
+
+def job(
+    *,
+    ref: dict[str, Any] | None = None,
+    namespace: str = "team-a",
+    trainer: dict[str, Any] | None = None,
+    suspend: bool | None = None,
+    status: dict[str, Any] | None = None,
+    uid: str = "u1",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"runtimeRef": ref or {"name": "torch-distributed"}, "trainer": trainer or {}}
+    if suspend is not None:
+        spec["suspend"] = suspend
+    obj: dict[str, Any] = {
+        "metadata": {
+            "name": "j",
+            "namespace": namespace,
+            "uid": uid,
+            "resourceVersion": "5",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": spec,
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def cond(
+    cond_type: str, status: str = "True", reason: str = "R", when: str = "2026-01-01T00:10:00Z"
+) -> dict[str, Any]:
+    return shapes.condition(cond_type, status, reason, "", when)
+
+
+def cluster_runtime(name: str) -> dict[str, Any]:
+    return next(doc for doc in shapes.cluster_runtimes() if doc["metadata"]["name"] == name)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2", Fraction(2)),
+        (4, Fraction(4)),
+        ("500m", Fraction(1, 2)),
+        ("1k", Fraction(1000)),
+        ("1Ki", Fraction(1024)),
+        ("2e0", Fraction(2)),
+        ("1.5", Fraction(3, 2)),
+        ("", None),
+        ("abc", None),
+        ("1e", None),
+        (True, None),
+    ],
+)
+def test_parse_quantity(text: object, expected: Fraction | None) -> None:
+    assert parse_quantity(text) == expected
+
+
+def test_quantity_value_rounds_up_like_go() -> None:
+    assert quantity_value("500m") == 1
+    assert quantity_value("1500m") == 2
+    assert quantity_value("8") == 8
+
+
+def test_runtime_ref_defaults_and_namespacing() -> None:
+    assert runtime_ref_of(job())[0] == "trainer.kubeflow.org/ClusterTrainingRuntime//torch-distributed"
+    namespaced = job(ref={"kind": "TrainingRuntime", "name": "mine"}, namespace="ns1")
+    assert runtime_ref_of(namespaced) == (
+        "trainer.kubeflow.org/TrainingRuntime/ns1/mine",
+        ("TrainingRuntime", "ns1", "mine"),
+    )
+    assert runtime_ref_of(job(ref={"kind": "PyTorchJob", "name": "x"}))[0] == "unknown"
+    assert runtime_ref_of(job(ref={"apiGroup": "kubeflow.org", "name": "x"}))[0] == "unknown"
+
+
+def test_requested_nodes_fallbacks() -> None:
+    two = RuntimeFacts(num_nodes=2, accelerator_class="none", accelerators_per_node=0)
+    assert requested_nodes(job(trainer={"numNodes": 3}), two) == 3
+    assert requested_nodes(job(trainer={"numNodes": 0}), two) == 0  # 0 stays 0
+    assert requested_nodes(job(), two) == 2
+    assert requested_nodes(job(), RuntimeFacts(None, "none", 0)) == 1
+    assert requested_nodes(job(), None) == 1  # runtime not found
+
+
+def test_runtime_facts_of_the_real_runtimes() -> None:
+    assert runtime_facts(cluster_runtime("torch-distributed")) == RuntimeFacts(1, "none", 0)
+    assert runtime_facts(cluster_runtime("deepspeed-distributed")) == RuntimeFacts(1, "none", 0)
+    assert runtime_facts(cluster_runtime("torchtune-llama3.2-1b")) == RuntimeFacts(1, "nvidia.com/gpu", 2)
+
+
+def test_accelerators_job_first_then_runtime_trainer() -> None:
+    torchtune = runtime_facts(cluster_runtime("torchtune-qwen2.5-1.5b"))
+    assert requested_accelerators(job(), torchtune, 4) == ("nvidia.com/gpu", 8)
+    amd = {"resourcesPerNode": {"requests": {"cpu": "8", "amd.com/gpu": "4"}, "limits": {"amd.com/gpu": "4"}}}
+    assert requested_accelerators(job(trainer=amd), torchtune, 2) == ("amd.com/gpu", 8)
+    limits_only = {"resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}}
+    assert requested_accelerators(job(trainer=limits_only), None, 3) == ("nvidia.com/gpu", 3)
+    assert requested_accelerators(job(), None, 3) == ("none", 0)
+
+
+def test_classify_states_and_terminal_precedence() -> None:
+    assert classify(job()) == ("pending", None)
+    assert classify(job(suspend=True, status={"conditions": [cond("Suspended", reason="Suspended")]}))[0] == (
+        "suspended"
+    )
+    resumed = {
+        "conditions": [cond("Suspended", "False", "Resumed")],
+        "jobsStatus": [{"name": "node", "active": 1}],
+    }
+    assert classify(job(suspend=False, status=resumed))[0] == "running"
+    both = {"conditions": [cond("Complete", reason="AllJobsCompleted"), cond("Failed", reason="FailedJobs")]}
+    state, terminal = classify(job(status=both))
+    assert state == "failed"
+    assert terminal is not None and terminal[:2] == ("failed", "FailedJobs")
+    assert classify(job(status={"conditions": [cond("Failed", reason="Mystery")]}))[1][:2] == (  # type: ignore[index]
+        "failed",
+        "other",
+    )
+    assert classify(job(status={"conditions": [cond("Failed", "Unknown")]}))[0] == "pending"
+    # terminal wins over spec.suspend
+    assert classify(job(suspend=True, status={"conditions": [cond("Complete")]}))[0] == "succeeded"
+
+
+def test_truth_counts_first_terminal_write_once() -> None:
+    truth = Truth()
+    truth.runtime_written(cluster_runtime("torch-distributed"))
+    truth.job_created(job())
+    done = job(status={"conditions": [cond("Complete", reason="AllJobsCompleted")]})
+    truth.job_written(done)
+    truth.job_written(done)  # duplicate terminal update
+    ref = "trainer.kubeflow.org/ClusterTrainingRuntime//torch-distributed"
+    snap = truth.snapshot()
+    assert snap.finished == {("succeeded", "none", ref): 1}
+    assert snap.jobs == {("team-a", ref, "succeeded"): 1}
+    assert snap.terminal["u1"].lifetime_seconds == 600.0
+    truth.job_deleted("u1")
+    after = truth.snapshot()
+    assert after.jobs == {}
+    assert after.created_since(snap) == {} and after.finished_since(snap) == {}
+    assert snap.jobs == {("team-a", ref, "succeeded"): 1}  # snapshots are immutable copies

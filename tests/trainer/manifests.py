@@ -1,0 +1,59 @@
+"""The real Kubeflow Trainer manifests vendored in app/sim/data, as JSON-ready objects.
+
+The examples are what a user applies, so they lack server-set metadata; ``stored`` adds what the
+apiserver would (uid, namespace, resourceVersion, creationTimestamp) without touching the spec, so
+that defaulting (e.g. runtimeRef without apiGroup/kind in the flux examples) stays our job.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+import app.sim
+
+DATA = Path(app.sim.__file__).parent / "data"
+
+
+def _documents() -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    for path in sorted(DATA.rglob("*.yaml")):
+        if path.name == "kustomization.yaml" or "crds" in path.parts:
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind"):
+                out.append((str(path.relative_to(DATA)), doc))
+    return out
+
+
+DOCUMENTS = _documents()
+
+
+def stored(
+    doc: dict[str, Any], *, namespace: str = "default", rv: int = 100, uid: str | None = None
+) -> dict[str, Any]:
+    obj = copy.deepcopy(doc)
+    meta = obj.setdefault("metadata", {})
+    if obj["kind"] != "ClusterTrainingRuntime":
+        meta.setdefault("namespace", namespace)
+    meta.setdefault("uid", uid or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{obj['kind']}/{meta['name']}")))
+    meta.setdefault("resourceVersion", str(rv))
+    meta.setdefault("creationTimestamp", "2025-06-01T10:00:00Z")
+    meta.setdefault("managedFields", [{"manager": "kubectl", "fieldsV1": {"f:spec": {"x": "y" * 500}}}])
+    return obj
+
+
+def by_kind(kind: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{path}:{doc['metadata']['name']}", stored(doc)) for path, doc in DOCUMENTS if doc["kind"] == kind
+    ]
+
+
+def typed(obj: Any, wire_type: type) -> Any:
+    """What the informer's fast path does: msgspec decodes the JSON bytes into the wire struct."""
+    return msgspec.json.decode(msgspec.json.encode(obj), type=wire_type)

@@ -1,0 +1,393 @@
+"""Projections of every TrainJob and runtime in app/sim/data, through both decoding paths."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import msgspec
+import pytest
+
+from app.trainer import rules
+from app.trainer.projections import (
+    CLUSTER_TRAINING_RUNTIME_PROJECTOR,
+    TRAINING_RUNTIME_PROJECTOR,
+    TRAINJOB_PROJECTOR,
+    RuntimeProjection,
+    RuntimeProjector,
+    TrainJobProjection,
+)
+from tests.trainer.manifests import by_kind, stored, typed
+
+G = "trainer.kubeflow.org"
+CTR = f"{G}/ClusterTrainingRuntime/"
+JOBS = by_kind("TrainJob")
+RUNTIMES = [(n, o, TRAINING_RUNTIME_PROJECTOR) for n, o in by_kind("TrainingRuntime")] + [
+    (n, o, CLUSTER_TRAINING_RUNTIME_PROJECTOR) for n, o in by_kind("ClusterTrainingRuntime")
+]
+
+
+def project_job(obj: Any) -> TrainJobProjection:
+    """Both paths; they must agree."""
+    fast = TRAINJOB_PROJECTOR.from_wire(typed(obj, TRAINJOB_PROJECTOR.wire_type))
+    slow = TRAINJOB_PROJECTOR.from_json(obj)
+    assert slow == fast
+    return fast
+
+
+def project_runtime(obj: Any, projector: RuntimeProjector) -> RuntimeProjection:
+    fast = projector.from_wire(typed(obj, projector.wire_type))
+    slow = projector.from_json(obj)
+    assert slow == fast
+    return fast
+
+
+# (ref, numNodes, accelerator_class, per node, state) per example TrainJob
+JOB_EXPECTED: dict[str, tuple[str, int | None, str | None, int, str]] = {
+    "examples/flux/flux-interactive.yaml:lammps-flux-interactive": (
+        f"{CTR}/flux-distributed",
+        4,
+        None,
+        0,
+        "pending",
+    ),  # apiGroup/kind omitted: CRD defaults
+    "examples/flux/lammps-train-gpus.yaml:lammps-flux": (
+        f"{CTR}/flux-distributed",
+        2,
+        "nvidia.com/gpu",
+        1,
+        "pending",
+    ),
+    "examples/flux/lammps-train-job.yaml:lammps-flux": (f"{CTR}/flux-distributed", 2, None, 0, "pending"),
+    "examples/yaml/01-multi-node.yaml:multi-node-example": (
+        f"{CTR}/torch-distributed",
+        3,
+        None,
+        0,
+        "pending",
+    ),
+    "examples/yaml/02-runtime-patches.yaml:runtime-patches-example": (
+        f"{CTR}/torch-distributed",
+        2,
+        "none",
+        0,
+        "pending",
+    ),  # resourcesPerNode without GPU
+    "examples/yaml/03-kueue-integration.yaml:kueue-example": (
+        f"{CTR}/torch-distributed",
+        3,
+        "none",
+        0,
+        "suspended",
+    ),  # spec.suspend: true
+    "examples/yaml/04-volcano-integration.yaml:volcano-example": (
+        f"{CTR}/torch-distributed-volcano",
+        4,
+        "none",
+        0,
+        "pending",
+    ),
+    "examples/yaml/05-multi-step.yaml:multi-step-example": (
+        f"{G}/TrainingRuntime/default/torch-with-dataset-init",
+        2,
+        "none",
+        0,
+        "pending",
+    ),
+}
+
+# (ml_policy, pod_group_policy, framework, numNodes, runLauncherAsNode, accelerator_class, per node)
+RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, str, int]] = {
+    "flux-distributed": ("flux", "none", "flux", 1, False, "none", 0),
+    "torch-distributed-volcano": ("torch", "volcano", "torch", 1, False, "none", 0),
+    "torch-distributed-with-cache": ("torch", "none", "torch", 1, False, "none", 0),
+    "deepspeed-distributed": ("mpi", "none", "deepspeed", 1, True, "none", 0),
+    "jax-distributed": ("jax", "none", "jax", 1, False, "none", 0),
+    "mlx-distributed": ("mpi", "none", "mlx", 1, True, "none", 0),
+    "torch-distributed": ("torch", "none", "torch", 1, False, "none", 0),
+    "torchtune-llama3.2-1b": (
+        "torch",
+        "none",
+        "torchtune",
+        1,
+        False,
+        "nvidia.com/gpu",
+        2,
+    ),  # limits, YAML int
+    "torchtune-llama3.2-3b": ("torch", "none", "torchtune", 1, False, "nvidia.com/gpu", 2),
+    "torchtune-qwen2.5-1.5b": ("torch", "none", "torchtune", 1, False, "nvidia.com/gpu", 2),
+    "xgboost-distributed": ("xgboost", "none", "xgboost", 1, False, "none", 0),
+    "torch-with-dataset-init": ("torch", "none", "torch", 1, False, "none", 0),
+}
+
+
+def test_every_manifest_is_covered() -> None:
+    assert sorted(n for n, _ in JOBS) == sorted(JOB_EXPECTED)
+    assert sorted(o["metadata"]["name"] for _, o, _ in RUNTIMES) == sorted(RUNTIME_EXPECTED)
+
+
+@pytest.mark.parametrize(("name", "obj"), JOBS, ids=[n for n, _ in JOBS])
+def test_example_trainjobs(name: str, obj: dict[str, Any]) -> None:
+    job = project_job(obj)
+    ref, nodes, cls, per_node, state = JOB_EXPECTED[name]
+    assert job.key == f"default/{obj['metadata']['name']}"
+    assert job.name == obj["metadata"]["name"]
+    assert job.namespace == "default"
+    assert job.uid == obj["metadata"]["uid"]
+    assert job.resource_version == "100"
+    assert job.created == 1748772000.0
+    assert job.runtime_ref == ref
+    assert (job.num_nodes, job.accelerator_class, job.accelerators_per_node) == (nodes, cls, per_node)
+    assert job.state == state
+    assert not job.terminal and not job.malformed
+
+
+@pytest.mark.parametrize(("name", "obj", "projector"), RUNTIMES, ids=[n for n, _, _ in RUNTIMES])
+def test_example_runtimes(name: str, obj: dict[str, Any], projector: RuntimeProjector) -> None:
+    rt = project_runtime(obj, projector)
+    rname = obj["metadata"]["name"]
+    expected = RUNTIME_EXPECTED[rname]
+    got = (
+        rt.ml_policy,
+        rt.pod_group_policy,
+        rt.framework,
+        rt.num_nodes,
+        rt.run_launcher_as_node,
+        rt.accelerator_class,
+        rt.accelerators_per_node,
+    )
+    assert got == expected
+    assert rt.name == rname and rt.kind == projector.kind and not rt.malformed
+    if projector is TRAINING_RUNTIME_PROJECTOR:
+        assert (rt.namespace, rt.key, rt.ref) == (
+            "default",
+            f"default/{rname}",
+            f"{G}/TrainingRuntime/default/{rname}",
+        )
+    else:
+        assert (rt.namespace, rt.key, rt.ref) == ("", rname, f"{CTR}/{rname}")
+
+
+def _multi_node() -> dict[str, Any]:
+    return next(o for n, o in JOBS if n.endswith(":multi-node-example"))
+
+
+def _with_status(
+    obj: dict[str, Any], conditions: list[dict[str, Any]], jobs: list[dict[str, Any]] | None = None
+) -> Any:
+    obj = copy.deepcopy(obj)
+    obj["status"] = {"conditions": conditions, "jobsStatus": jobs or []}
+    return obj
+
+
+def _cond(ctype: str, status: str, reason: str, t: str = "2025-06-01T10:10:00Z") -> dict[str, Any]:
+    return {"type": ctype, "status": status, "reason": reason, "message": "m", "lastTransitionTime": t}
+
+
+@pytest.mark.parametrize(
+    ("conditions", "jobs", "state", "result", "reason"),
+    [
+        ([], [{"name": "node", "active": 3, "ready": 3}], "running", "", ""),
+        ([], [{"name": "node", "active": 0, "succeeded": 1}], "pending", "", ""),
+        ([_cond("Suspended", "True", "Suspended")], [], "suspended", "", ""),
+        (
+            [_cond("Suspended", "False", "Resumed")],
+            [{"name": "node", "active": 1}],
+            "running",
+            "",
+            "",
+        ),  # resumed
+        ([_cond("Complete", "True", "AllJobsCompleted")], [], "succeeded", "succeeded", "AllJobsCompleted"),
+        (
+            [_cond("Complete", "True", "AllJobsCompleted"), _cond("Failed", "True", "FailedJobs")],
+            [],
+            "failed",
+            "failed",
+            "FailedJobs",
+        ),  # Failed True beats Complete True
+        (
+            [_cond("Failed", "True", "DeadlineExceeded"), _cond("Suspended", "True", "Suspended")],
+            [],
+            "failed",
+            "failed",
+            "DeadlineExceeded",
+        ),
+        ([_cond("Created", "True", "JobsCreationSucceeded")], [], "pending", "", ""),  # old removed type
+    ],
+)
+def test_status_summary(
+    conditions: list[dict[str, Any]], jobs: list[dict[str, Any]], state: str, result: str, reason: str
+) -> None:
+    job = project_job(_with_status(_multi_node(), conditions, jobs))
+    assert (job.state, job.result, job.reason) == (state, result, reason)
+    if result:
+        assert job.terminal_time == 1748772600.0
+        assert rules.lifetime_seconds(job.created, job.terminal_time) == 600.0
+
+
+def test_typed_path_skips_what_it_does_not_need() -> None:
+    obj = _multi_node()
+    obj["metadata"]["annotations"] = {"big": "x" * 1_000_000}
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    obj["status"] = {
+        "trainerStatus": {"progressPercentage": 50, "metrics": [{"name": "loss", "value": "0.1"}]}
+    }
+    assert project_job(obj).num_nodes == 3
+
+
+# --- tolerant path: objects the typed decoder rejects --------------------------------------------
+
+
+def _mutated(path: list[str], value: Any) -> Any:
+    obj = copy.deepcopy(_multi_node())
+    target = obj
+    for step in path[:-1]:
+        target = target.setdefault(step, {})
+    target[path[-1]] = value
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "check"),
+    [
+        (["spec", "trainer", "numNodes"], "3", lambda j: j.num_nodes == 3),
+        (["spec", "trainer", "numNodes"], 2.5, lambda j: j.num_nodes is None),
+        (["spec", "trainer", "numNodes"], [], lambda j: j.num_nodes is None),
+        (
+            ["spec", "trainer", "resourcesPerNode"],
+            {"requests": {"nvidia.com/gpu": None}},
+            lambda j: (j.accelerator_class, j.accelerators_per_node) == ("none", 0),
+        ),
+        (["spec", "trainer", "resourcesPerNode"], "4 GPUs", lambda j: j.accelerator_class == "none"),
+        (["spec", "runtimeRef"], "torch", lambda j: j.runtime_ref == "unknown"),
+        (["spec", "runtimeRef", "kind"], 7, lambda j: j.runtime_ref == f"{CTR}/torch-distributed"),
+        (["spec", "suspend"], "yes", lambda j: not j.suspend),
+        (["spec"], None, lambda j: j.runtime_ref == "unknown" and j.num_nodes is None),
+        (["status"], "broken", lambda j: j.state == "pending"),
+        (["status", "conditions"], {"type": "Failed"}, lambda j: j.state == "pending"),
+        (
+            ["status", "conditions"],
+            ["junk", {"type": "Failed", "status": "True", "reason": 5}],
+            lambda j: (j.result, j.reason) == ("failed", ""),
+        ),
+        (
+            ["status", "conditions"],
+            [{"type": "Complete", "status": "True", "lastTransitionTime": "soon"}],
+            lambda j: j.result == "succeeded" and j.terminal_time is None,
+        ),
+        (["status", "jobsStatus"], [{"name": "node", "active": "3"}, {"active": 2}], lambda j: j.active),
+        (["metadata", "creationTimestamp"], 12, lambda j: j.created is None),
+        (
+            ["metadata", "namespace"],
+            None,
+            lambda j: j.key == "multi-node-example" and j.name == "multi-node-example",
+        ),
+        (["metadata", "resourceVersion"], 17, lambda j: j.resource_version == ""),
+    ],
+)
+def test_tolerant_path(path: list[str], value: Any, check: Any) -> None:
+    obj = _mutated(path, value)
+    job = TRAINJOB_PROJECTOR.from_json(obj)
+    assert job is not None
+    try:
+        wire = typed(obj, TRAINJOB_PROJECTOR.wire_type)
+    except msgspec.ValidationError:
+        pass  # the informer falls back to from_json
+    else:  # the typed path accepted it: both paths must still agree
+        assert TRAINJOB_PROJECTOR.from_wire(wire) == job
+    assert check(job)
+    assert job.malformed
+    assert job.uid == obj["metadata"]["uid"]
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        None,
+        3,
+        "x",
+        [],
+        {},
+        {"metadata": None},
+        {"metadata": {"name": "a"}},
+        {"metadata": {"uid": "u"}},
+        {"metadata": {"name": "", "uid": "u"}},
+        {"metadata": {"name": 5, "uid": "u"}},
+    ],
+)
+def test_unusable_objects_are_dropped(obj: Any) -> None:
+    assert TRAINJOB_PROJECTOR.from_json(obj) is None
+    assert CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(obj) is None
+
+
+def test_typed_path_requires_name_and_uid() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        typed({"metadata": {"name": "a"}}, TRAINJOB_PROJECTOR.wire_type)
+
+
+def _runtime(name: str) -> dict[str, Any]:
+    return next(o for _, o, _ in RUNTIMES if o["metadata"]["name"] == name)
+
+
+def test_runtime_without_ml_policy() -> None:
+    obj = copy.deepcopy(_runtime("torch-distributed"))
+    del obj["spec"]["mlPolicy"]
+    rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
+    assert (rt.ml_policy, rt.num_nodes) == ("none", None)
+    assert rules.requested_nodes(None, rt.num_nodes) == 1
+
+
+def test_runtime_framework_missing() -> None:
+    obj = copy.deepcopy(_runtime("torch-distributed"))
+    del obj["metadata"]["labels"]
+    assert project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR).framework == "unknown"
+
+
+def test_runtime_gpu_from_requests_of_ancestor_trainer_job() -> None:
+    """The trainer job is found by name `node` or by the ancestor label; its `node` container counts."""
+    obj = copy.deepcopy(_runtime("torch-distributed"))
+    rj = obj["spec"]["template"]["spec"]["replicatedJobs"][0]
+    rj["name"] = "trainer-job"  # only the ancestor label identifies it now
+    rj["template"]["spec"]["template"]["spec"]["containers"] = [
+        {"name": "sidecar", "resources": {"requests": {"nvidia.com/gpu": "8"}}},
+        {
+            "name": "node",
+            "resources": {"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}},
+        },
+    ]
+    rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
+    assert (rt.accelerator_class, rt.accelerators_per_node) == ("nvidia.com/gpu", 4)
+
+
+def test_runtime_tolerant_path() -> None:
+    obj = copy.deepcopy(_runtime("torchtune-llama3.2-1b"))
+    obj["spec"]["mlPolicy"]["numNodes"] = "2"
+    obj["spec"]["template"]["spec"]["replicatedJobs"].insert(0, "junk")
+    with pytest.raises(msgspec.ValidationError):
+        typed(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR.wire_type)
+    rt = CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(obj)
+    assert rt is not None and rt.malformed
+    assert (rt.num_nodes, rt.ml_policy, rt.accelerator_class, rt.accelerators_per_node) == (
+        2,
+        "torch",
+        "nvidia.com/gpu",
+        2,
+    )
+
+
+def test_cluster_runtime_ignores_a_namespace() -> None:
+    obj = stored(_runtime("torch-distributed"))
+    obj["metadata"]["namespace"] = "stray"
+    rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
+    assert (rt.namespace, rt.key) == ("", "torch-distributed")
+
+
+def test_unknown_kind_is_refused() -> None:
+    with pytest.raises(ValueError):
+        RuntimeProjector("JobSet")
+
+
+def test_repeated_strings_are_shared() -> None:
+    a = project_job(stored(_multi_node(), uid="u-1"))
+    b = project_job(stored(_multi_node(), uid="u-2"))
+    assert a.runtime_ref is b.runtime_ref and a.namespace is b.namespace
