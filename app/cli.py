@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -12,6 +13,7 @@ import uvicorn
 from app import __version__
 from app.config import SettingsError, load_settings
 from app.logging_setup import configure_logging
+from app.tls import TLSConfigError, load_tls, uvicorn_tls_kwargs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,6 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trainer-metrics: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
+    try:
+        tls = load_tls(settings)
+    except TLSConfigError as exc:
+        print(f"trainer-metrics: {exc}", file=sys.stderr)
+        return 2
 
     from app.main import create_app
 
@@ -67,14 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.simulate import embedded_cluster
 
         cluster = embedded_cluster
-    app = create_app(settings, cluster=cluster)
+    app = create_app(settings, cluster=cluster, tls=tls)
     uvicorn.run(
         app,
         host=settings.host,
         port=settings.port,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=settings.renew_deadline_seconds,
+        timeout_graceful_shutdown=math.ceil(settings.renew_deadline_seconds),
+        **uvicorn_tls_kwargs(tls),
     )
     return 0
 

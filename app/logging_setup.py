@@ -11,7 +11,8 @@ import orjson
 
 # Attributes every LogRecord has; anything else was passed through ``extra=`` and is shown as key=value.
 _STANDARD_ATTRS = frozenset(
-    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime", "taskName"}
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
+    | {"message", "asctime", "taskName", "color_message"}  # uvicorn adds an ANSI-coloured copy of the message
 )
 
 

@@ -9,9 +9,11 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from fastapi import FastAPI
 
 from app import __version__
+from app.api.auth import install_auth
 from app.api.routes import install_routes
 from app.config import Settings
 from app.service import Service
+from app.tls import CertificateReloader
 
 log = logging.getLogger(__name__)
 
@@ -19,10 +21,14 @@ log = logging.getLogger(__name__)
 ClusterFactory = Callable[[Settings], AbstractAsyncContextManager[str]]
 
 
-def create_app(settings: Settings, *, cluster: ClusterFactory | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, *, cluster: ClusterFactory | None = None, tls: CertificateReloader | None = None
+) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            if tls is not None:
+                await stack.enter_async_context(tls.watching())
             effective = settings
             if cluster is not None:
                 kubeconfig = await stack.enter_async_context(cluster(settings))
@@ -46,4 +52,5 @@ def create_app(settings: Settings, *, cluster: ClusterFactory | None = None) -> 
     )
     app.state.service = None
     install_routes(app)
+    install_auth(app, settings)
     return app

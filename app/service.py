@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -31,8 +32,8 @@ from app.kube.client import KubeClient
 from app.kube.elector import ElectorConfig, KubeLeaseClient, LeaseElector, LeaseRecord
 from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
-from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
-from app.metrics.exposition import Exposition
+from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS, ResourceKind
+from app.metrics.exposition import MetricsExposition
 from app.metrics.journal import CountJournal
 from app.metrics.telemetry import SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
@@ -75,16 +76,17 @@ class Service:
         self.registry = CollectorRegistry()
         self.telemetry = SelfTelemetry(self.registry)
         self.informer_telemetry = InformerTelemetry(self.registry)
-        self.metric_state = TrainerMetricState()
+        # The provider closes over self.state, built just below: runtime_info is read at render time only.
+        self.metric_state = TrainerMetricState(runtime_provider=lambda: self.state.runtime_info())  # noqa: PLW0108
         self.journal = CountJournal(
             self.metric_state, journal_size=settings.handover_journal_size, telemetry=self.telemetry
         )
         self.state = TrainerState(self.journal, max_unknown_runtime_refs=settings.max_unknown_runtime_refs)
-        self.metric_state.set_runtime_provider(self.state.runtime_info)
-        self.exposition = Exposition(self.registry)
+        self.exposition = MetricsExposition(self.registry)
 
         self.client: KubeClient | None = None
         self.informers: list[Informer[Any]] = []
+        self._trainjob_informers: list[Informer[Any]] = []
         self.elector: LeaseElector | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: list[str] = []
@@ -108,6 +110,12 @@ class Service:
         self._spawn(self._housekeeping(), "housekeeping")
         self._spawn(self._lead_when_synced(), "leader election")
 
+    async def kill(self) -> None:
+        """Stop as a crashed process would: no Lease release (the chaos and hand-over tests use it)."""
+        if self.elector is not None:
+            self.elector.abandon_on_cancel()
+        await self.stop()
+
     async def stop(self) -> None:
         # Reverse order of start: the elector's task releases the Lease when cancelled.
         for task in reversed(self._tasks):
@@ -125,42 +133,19 @@ class Service:
     def _build_informers(self, client: KubeClient) -> list[Informer[Any]]:
         options = InformerOptions.from_settings(self.settings)
         scopes: list[str | None] = list(self.settings.namespaces) or [None]
-        informers: list[Informer[Any]] = [
-            Informer(
-                client,
-                CLUSTER_TRAINING_RUNTIMES,
-                None,
-                CLUSTER_TRAINING_RUNTIME_PROJECTOR,
-                self.state.runtime_handler,
-                options=options,
-                telemetry=self.informer_telemetry,
+        runtimes, jobs = self.state.runtime_handler, self.state.job_handler
+
+        def informer(resource: ResourceKind, ns: str | None, projector: Any, handler: Any) -> Informer[Any]:
+            return Informer(
+                client, resource, ns, projector, handler, options=options, telemetry=self.informer_telemetry
             )
+
+        self._trainjob_informers = [informer(TRAINJOBS, ns, TRAINJOB_PROJECTOR, jobs) for ns in scopes]
+        return [
+            informer(CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, runtimes),
+            *(informer(TRAINING_RUNTIMES, ns, TRAINING_RUNTIME_PROJECTOR, runtimes) for ns in scopes),
+            *self._trainjob_informers,
         ]
-        for ns in scopes:
-            informers.append(
-                Informer(
-                    client,
-                    TRAINING_RUNTIMES,
-                    ns,
-                    TRAINING_RUNTIME_PROJECTOR,
-                    self.state.runtime_handler,
-                    options=options,
-                    telemetry=self.informer_telemetry,
-                )
-            )
-        for ns in scopes:
-            informers.append(
-                Informer(
-                    client,
-                    TRAINJOBS,
-                    ns,
-                    TRAINJOB_PROJECTOR,
-                    self.state.job_handler,
-                    options=options,
-                    telemetry=self.informer_telemetry,
-                )
-            )
-        return informers
 
     def _spawn(self, coro: Any, what: str) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro, name=what)
@@ -219,7 +204,8 @@ class Service:
         return {WATERMARK_ANNOTATION: str(watermark)} if watermark is not None else {}
 
     def _start_exporting(self, previous: LeaseRecord | None) -> None:
-        floor = _parse_watermark(previous.annotations) if previous is not None else None
+        # No record (we created the Lease) or no watermark in it: nobody counted what we remember.
+        floor = (_parse_watermark(previous.annotations) if previous is not None else None) or 0
         replayed = self.journal.start_leading(floor)
         self.exposition.set_trainer_source(self.metric_state)
         log.info(
@@ -228,6 +214,9 @@ class Service:
         )
 
     def _stop_exporting(self) -> None:
+        # Count the creations still waiting for their runtime (with what is known now) so that the
+        # watermark published at release covers them: the next leader skips everything up to it.
+        self.state.flush_pending(math.inf)
         # Unregister first: from this instant no scrape of this replica shows Trainer metrics.
         self.exposition.set_trainer_source(None)
         watermark = self.journal.stop_leading()
@@ -249,11 +238,14 @@ class Service:
             problems.append("informers not started")
         return problems + self.liveness_problems()
 
-    def render_metrics(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, dict[str, str]]:
-        return self.exposition.render(accept, accept_encoding)
+    async def render_metrics(
+        self, accept: str | None, accept_encoding: str | None
+    ) -> tuple[bytes, dict[str, str]]:
+        body, headers = await self.exposition.build_metrics_response_async(accept, accept_encoding)
+        return body, headers
 
     def _trainjob_count(self) -> int:
-        return sum(len(i) for i in self.informers if i.resource is TRAINJOBS)
+        return sum(len(i) for i in self._trainjob_informers)
 
     def snapshot(self) -> SnapshotResponse:
         now = time.monotonic()
@@ -360,4 +352,4 @@ class _Callbacks:
         self._service._stop_exporting()
 
     def on_new_leader(self, identity: str | None) -> None:
-        log.info("leader is now %s", identity or "nobody")
+        pass  # the elector logs it; the service acts only on its own leadership

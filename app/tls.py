@@ -9,7 +9,8 @@ open connections keep theirs.
 A new pair is first loaded into a scratch context. Only when that works is it loaded into the live one: a
 key that does not match the certificate (caught halfway through a non-atomic update, or simply wrong) would
 otherwise leave the live context with the new certificate and no usable key. The exact bytes validated are
-the bytes loaded (via a private temporary copy), so a file changing between the two steps cannot slip in.
+the bytes loaded (via an in-memory copy: a memfd, so the private key is never written to a disk), so a
+file changing between the two steps cannot slip in.
 
     tls = load_tls(settings)                     # None without TLS; TLSConfigError names the bad setting
     uvicorn.run(app, ..., **uvicorn_tls_kwargs(tls))
@@ -25,9 +26,8 @@ import logging
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from app.config import ENV_PREFIX, Settings
@@ -85,14 +85,49 @@ def _no_password() -> bytes:
     return b""
 
 
-def _load(ctx: ssl.SSLContext, pair: _Pair, cert_file: str, key_file: str) -> None:
-    """load_cert_chain from a private copy of exactly these bytes; TLSConfigError naming the bad file."""
-    with tempfile.TemporaryDirectory(prefix="trainer-metrics-tls-") as tmp:  # mode 0700
-        cert_path, key_path = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
-        for path, data in ((cert_path, pair.cert), (key_path, pair.key)):
+@contextlib.contextmanager
+def _in_memory_file(data: bytes, name: str) -> Iterator[str | None]:
+    """A path to ``data`` that never touches a disk (Linux memfd via /proc), or None where unavailable."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is None:
+        yield None
+        return
+    try:
+        fd = memfd_create(f"trainer-metrics-{name}", getattr(os, "MFD_CLOEXEC", 0))
+    except OSError:
+        yield None
+        return
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            f.write(data)
+        path = f"/proc/self/fd/{fd}"
+        yield path if os.path.exists(path) else None
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _pem_paths(pair: _Pair) -> Iterator[tuple[str, str]]:
+    """Paths holding exactly ``pair`` (load_cert_chain takes paths only): in memory if possible, else in a
+    private temporary directory (0700, files 0600) removed at once."""
+    with _in_memory_file(pair.cert, "crt") as cert_path, _in_memory_file(pair.key, "key") as key_path:
+        if cert_path is not None and key_path is not None:
+            yield cert_path, key_path
+            return
+    with tempfile.TemporaryDirectory(prefix="trainer-metrics-tls-") as tmp:
+        paths = []
+        for name, data in (("tls.crt", pair.cert), ("tls.key", pair.key)):
+            path = os.path.join(tmp, name)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+            paths.append(path)
+        yield paths[0], paths[1]
+
+
+def _load(ctx: ssl.SSLContext, pair: _Pair, cert_file: str, key_file: str) -> None:
+    """load_cert_chain from exactly these bytes; TLSConfigError naming the bad file."""
+    with _pem_paths(pair) as (cert_path, key_path):
         try:
             ctx.load_cert_chain(cert_path, key_path, password=_no_password)
         except ssl.SSLError as exc:
@@ -130,6 +165,7 @@ class CertificateReloader:
         _load(self.context, pair, cert_file, key_file)  # raises TLSConfigError: fail at start, clearly
         self._good = pair
         self._rejected: bytes | None = None
+        self._last_error: str | None = None
         self.reloads = 0
         self.failures = 0
 
@@ -187,8 +223,12 @@ class CertificateReloader:
             self._install(pair)
         except TLSConfigError as exc:
             self.failures += 1
-            log.warning("keeping the current TLS certificate; the new files are not usable: %s", exc)
+            # A Secret that stays broken (or missing) is logged once per distinct problem, not every poll.
+            if str(exc) != self._last_error:
+                self._last_error = str(exc)
+                log.warning("keeping the current TLS certificate; the new files are not usable: %s", exc)
             return False
+        self._last_error = None
         log.info("reloaded the TLS certificate from %s", self.cert_file)
         return True
 

@@ -170,7 +170,8 @@ class KubeReviewer:
     def clear(self) -> None:
         self._cache.clear()
 
-    def __len__(self) -> int:
+    @property
+    def cache_size(self) -> int:
         return len(self._cache)
 
     async def _review_and_cache(self, key: _CacheKey, token: str, path: str, verb: str) -> Decision:

@@ -30,7 +30,7 @@ class ServiceView(Protocol):
 
     def readiness_problems(self) -> list[str]: ...
 
-    def render_metrics(
+    async def render_metrics(
         self, accept: str | None, accept_encoding: str | None
     ) -> tuple[bytes, dict[str, str]]: ...
 
@@ -104,7 +104,7 @@ def build_router() -> APIRouter:
         accept_encoding: Annotated[str | None, Header()] = None,
     ) -> Response:
         """Prometheus exposition: text 0.0.4, OpenMetrics if the Accept header asks, gzip if accepted."""
-        body, headers = _view(request).render_metrics(accept, accept_encoding)
+        body, headers = await _view(request).render_metrics(accept, accept_encoding)
         return Response(content=body, headers=headers)
 
     debug = APIRouter(prefix="/debug", tags=["debug"])

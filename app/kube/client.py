@@ -320,5 +320,7 @@ class KubeClient:
                 raise _connection_error(exc) from exc
             yield resp
         finally:
-            # close(), not release(): an unfinished watch body must not be returned to the pool half-read.
-            resp.close()
+            if resp.content.at_eof():
+                resp.release()  # body fully read (a list page): keep the connection for the next request
+            else:
+                resp.close()  # an unfinished watch body must never go back to the pool half-read

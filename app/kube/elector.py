@@ -32,7 +32,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -354,6 +354,10 @@ class LeaseElector:
             transitions_seen=self.transitions_seen,
             last_change=self._last_change,
         )
+
+    def abandon_on_cancel(self) -> None:
+        """Make the next cancellation skip the release, as a crashed process would (chaos tests)."""
+        self._config = replace(self._config, release_on_cancel=False)
 
     async def run(self) -> None:
         """Run until cancelled. On cancellation while leading: stop, then release (if configured)."""

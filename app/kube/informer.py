@@ -122,6 +122,9 @@ class ListPage(msgspec.Struct, Generic[W]):
     items: list[W] | None = None
 
 
+# Retry-After is honoured, but a broken proxy asking for an hour must not park the informer that long.
+_MAX_RETRY_AFTER = 60.0
+
 _ADDED = "ADDED"
 _MODIFIED = "MODIFIED"
 _DELETED = "DELETED"
@@ -145,7 +148,7 @@ class _WatchStop(Exception):
         self.relist = relist  # informer_telemetry.RELIST_REASONS, None = resume from the last RV
         self.fresh = fresh  # relist with RV "" (consistent read): the RV we hold is unusable
         self.backoff = backoff or relist is not None
-        self.retry_after = retry_after or 0.0
+        self.retry_after = min(retry_after or 0.0, _MAX_RETRY_AFTER)
 
 
 # Ways a watch ends that need nothing but a new watch from the last RV.
@@ -222,13 +225,13 @@ class Informer(Generic[T]):
         name: str | None = None,
     ) -> None:
         self._client = client
-        self._resource = resource
-        self._namespace = namespace if resource.namespaced else None
-        self._path = resource.collection_path(self._namespace)
+        self.resource = resource
+        self.namespace = namespace if resource.namespaced else None
+        self._path = resource.collection_path(self.namespace)
         self._projector = projector
         self._handler = handler
         self._options = options or InformerOptions()
-        self.name = name or (f"{resource.plural}/{self._namespace}" if self._namespace else resource.plural)
+        self.name = name or (f"{resource.plural}/{self.namespace}" if self.namespace else resource.plural)
 
         opts = self._options
         self._backoff = Backoff(opts.backoff_base, opts.backoff_cap, reset_after=opts.backoff_reset)
@@ -320,7 +323,7 @@ class Informer(Generic[T]):
         try:
             await self._list(rv)
         except ApiError as exc:
-            retry_after = exc.retry_after or 0.0
+            retry_after = min(exc.retry_after or 0.0, _MAX_RETRY_AFTER)
             if exc.status == 404:
                 # client-go: an absent resource (CRD not installed) counts as an empty list so readiness
                 # does not hang; keep retrying in case it gets installed.

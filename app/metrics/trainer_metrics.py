@@ -6,16 +6,19 @@ tens of milliseconds and grows with activity. Like kube-state-metrics, we keep t
 each series (one label set: all its bucket/count/sum lines) as one ``bytes`` chunk:
 
 * an event updates the numbers of the one or two series it touches and marks them dirty (O(1));
-* a scrape re-renders only the dirty series, joins the cached chunks of each family, and keeps the
-  joined body until the next change, so repeated scrapes of an unchanged state are a dict lookup.
+* every ``flush_every`` changes, the dirty series are re-rendered and the blocks (runs of ~16 KB of
+  consecutive series) that hold them re-joined, a fraction of a millisecond on the event loop;
+* a scrape flushes what is left and joins the blocks; the joined body is kept until the next change,
+  so repeated scrapes of an unchanged state cost nothing.
 
-A scrape therefore costs O(series) memcpy plus O(series touched since the last scrape) formatting,
-and nothing per TrainJob (invariant 7).
+A scrape therefore costs one memcpy of the body plus the formatting of at most ``flush_every``
+changes, and nothing per TrainJob (invariant 7).
 
 The text is byte-for-byte what ``prometheus_client.generate_latest`` prints for the same state
-(label order, float formatting, escaping, histogram sample order), which the tests check against
-:class:`TrainerCollector`, a regular prometheus-client ``Collector`` over the same state. That
-collector also produces the OpenMetrics rendering, which is rarely asked for and may be slower.
+(label order, float formatting, escaping, histogram sample order), and the OpenMetrics rendering
+byte-for-byte what ``prometheus_client.openmetrics.exposition.generate_latest`` prints (minus its
+``# EOF``); the tests check both against :class:`TrainerCollector`, a regular prometheus-client
+``Collector`` over the same state. Both formats share the series chunks: only family headers differ.
 
 Everything here runs on the event loop thread: there is no lock, so do not call it from a thread pool.
 """
@@ -33,8 +36,6 @@ from prometheus_client.metrics_core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.openmetrics import exposition as _om_exposition
-from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString as _untyped_float_to_go_string
 
 from app.trainer.events import CountableEvent, GaugeKey, JobCreated, JobFinished, RuntimeInfo
@@ -66,9 +67,8 @@ LabelValues = tuple[str, ...]
 
 _PREFIX = "kubeflow_trainer_"
 
-# prometheus_client ships these untyped; pin their types once here for mypy --strict.
+# prometheus_client ships it untyped; pin its type once here for mypy --strict.
 floatToGoString: Callable[[float], str] = _untyped_float_to_go_string
-generate_openmetrics: Callable[[Collector], bytes] = _om_exposition.generate_latest
 
 
 def escape_label_value(value: str) -> str:
@@ -119,6 +119,7 @@ class _Family:
         "header",
         "label_names",
         "name",
+        "om_header",
     )
 
     def __init__(
@@ -128,6 +129,11 @@ class _Family:
         self.documentation = documentation
         self.label_names = tuple(label_names)
         self.header = f"# HELP {name} {_escape_help(documentation)}\n# TYPE {name} {mtype}\n".encode()
+        # OpenMetrics differs only in the family name of counters (no _total) and HELP escaping; the
+        # sample lines are the same, so both formats share the series chunks.
+        om_name = name.removesuffix("_total") if mtype == "counter" else name
+        om_help = _escape_help(documentation).replace('"', r"\"")
+        self.om_header = f"# HELP {om_name} {om_help}\n# TYPE {om_name} {mtype}\n".encode()
         # The text format lists labels sorted by name; keys keep the declared order.
         self._order = sorted(range(len(self.label_names)), key=lambda i: self.label_names[i])
         # A new series always goes to the last block, and the state dicts of the subclasses insert
@@ -480,26 +486,21 @@ class TrainerMetricState:
         self._refresh_runtimes()
         text = self._text
         if text is None:
-            # One join over every header and block: unchanged blocks are not copied twice.
-            parts: list[bytes] = []
-            for family in self._families:
-                parts.append(family.header)
-                parts.extend(family.bodies())
-                family.changed = False
-            text = self._text = b"".join(parts)
+            text = self._text = self._join(openmetrics=False)
         return text
 
     def render_openmetrics(self) -> bytes:
         """All seven families in OpenMetrics 1.0, WITHOUT the final ``# EOF`` line.
 
         The exposition layer concatenates this with the self-telemetry and ends the whole body with
-        one ``# EOF``. Built through :class:`TrainerCollector` (slower), cached until the next change.
+        one ``# EOF``. As fast as the text format: Prometheus prefers OpenMetrics in its default
+        Accept header, so this is what a real scrape usually gets. The tests compare it with
+        prometheus_client's OpenMetrics exposition of :class:`TrainerCollector`.
         """
         self._refresh_runtimes()
         body = self._openmetrics
         if body is None:
-            full = generate_openmetrics(TrainerCollector(self))
-            body = self._openmetrics = full.removesuffix(b"# EOF\n")
+            body = self._openmetrics = self._join(openmetrics=True)
         return body
 
     def collector(self) -> TrainerCollector:
@@ -512,6 +513,15 @@ class TrainerMetricState:
             yield family.metric()
 
     # --- internals ---------------------------------------------------------------------------------
+
+    def _join(self, *, openmetrics: bool) -> bytes:
+        # One join over every header and block: unchanged blocks are not copied twice.
+        parts: list[bytes] = []
+        for family in self._families:
+            parts.append(family.om_header if openmetrics else family.header)
+            parts.extend(family.bodies())
+            family.changed = False
+        return b"".join(parts)
 
     def _invalidate(self) -> None:
         self._text = None

@@ -29,7 +29,7 @@ from app.kube.resources import (
 )
 from app.sim import shapes
 from app.sim.shapes import JobShape, RuntimeChoice, WeightedPicker
-from app.sim.store import StoreError
+from app.sim.store import Store, StoreError
 from app.sim.truth import Truth, TruthSnapshot, parse_time
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,9 @@ class WorkloadGenerator:
         (terminal lastTransitionTime = creation + elapsed * warp) so a short run fills minute-to-day
         histogram buckets; ``malformed_ratio`` is the share of creates and status writes made odd."""
         self.store = store
+        # The real Store can hand back its stored objects instead of copies: the generator and the truth
+        # only read what a write returns (any other StoreLike is used through the protocol).
+        self._direct: Store | None = store if isinstance(store, Store) else None
         self.rng = random.Random(seed)
         self.namespaces = shapes.namespace_names(max(1, namespaces))
         self.max_jobs = max_jobs
@@ -202,11 +205,11 @@ class WorkloadGenerator:
         self, resource: ResourceKind, namespace: str | None, doc: dict[str, Any], *, weight: float
     ) -> None:
         try:
-            stored = self.store.create(resource, namespace, doc)
+            stored = self._create(resource, namespace, doc)
         except StoreError as exc:
             if exc.code != 409:
                 raise
-            stored = self.store.get(resource, namespace, doc["metadata"]["name"])
+            stored = self._get(resource, namespace, doc["metadata"]["name"])
         self.truth.runtime_written(stored)
         choice = shapes.runtime_choice(stored, weight)
         self.runtimes = [rt for rt in self.runtimes if rt.key != choice.key] + [choice]
@@ -520,7 +523,11 @@ class WorkloadGenerator:
     def delete(self, rec: JobRecord) -> None:
         """Delete; a job carrying our finalizer stays (deletionTimestamp set) until remove_finalizer()."""
         try:
-            stored = self.store.delete(TRAINJOBS, rec.namespace, rec.name)
+            stored = (
+                self._direct.delete(TRAINJOBS, rec.namespace, rec.name, copy=False)
+                if self._direct is not None
+                else self.store.delete(TRAINJOBS, rec.namespace, rec.name)
+            )
         except StoreError as exc:
             self._write_failed(rec, exc)
             return
@@ -536,7 +543,7 @@ class WorkloadGenerator:
         if self._patch(rec, {"metadata": {"finalizers": None}}) is None:
             return
         try:
-            still = self.store.get(TRAINJOBS, rec.namespace, rec.name)
+            still = self._get(TRAINJOBS, rec.namespace, rec.name)
         except StoreError as exc:
             if exc.code != 404:
                 raise
@@ -557,7 +564,7 @@ class WorkloadGenerator:
         store finds too large (a real apiserver caps annotations at 256 KiB in total)."""
         for _ in range(3):
             try:
-                return self.store.create(TRAINJOBS, shape.namespace, shapes.trainjob(shape))
+                return self._create(TRAINJOBS, shape.namespace, shapes.trainjob(shape))
             except StoreError as exc:
                 if exc.code == 409:
                     shape.name = shapes.job_name(self.rng, self._next_suffix())
@@ -588,9 +595,7 @@ class WorkloadGenerator:
 
     def _write_status(self, rec: JobRecord, status: dict[str, Any], phase: str) -> None:
         try:
-            stored = self.store.patch(
-                TRAINJOBS, rec.namespace, rec.name, {"status": status}, subresource="status"
-            )
+            stored = self._store_patch(rec, {"status": status}, "status")
         except StoreError as exc:
             self._write_failed(rec, exc)
             return
@@ -599,12 +604,31 @@ class WorkloadGenerator:
 
     def _patch(self, rec: JobRecord, patch: dict[str, Any]) -> dict[str, Any] | None:
         try:
-            stored = self.store.patch(TRAINJOBS, rec.namespace, rec.name, patch)
+            stored = self._store_patch(rec, patch, None)
         except StoreError as exc:
             self._write_failed(rec, exc)
             return None
         self.truth.job_written(stored)
         return stored
+
+    def _create(self, resource: ResourceKind, namespace: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+        if self._direct is not None:
+            return self._direct.create(resource, namespace, obj, copy=False)
+        return self.store.create(resource, namespace, obj)
+
+    def _get(self, resource: ResourceKind, namespace: str | None, name: str) -> dict[str, Any]:
+        if self._direct is not None:
+            return self._direct.get(resource, namespace, name, copy=False)
+        return self.store.get(resource, namespace, name)
+
+    def _store_patch(self, rec: JobRecord, patch: dict[str, Any], subresource: str | None) -> dict[str, Any]:
+        if self._direct is not None:
+            return self._direct.patch(
+                TRAINJOBS, rec.namespace, rec.name, patch, subresource=subresource, copy=False
+            )
+        if subresource is None:
+            return self.store.patch(TRAINJOBS, rec.namespace, rec.name, patch)
+        return self.store.patch(TRAINJOBS, rec.namespace, rec.name, patch, subresource=subresource)
 
     def _write_failed(self, rec: JobRecord, exc: StoreError) -> None:
         """404: someone else deleted the job, so forget it. Another 4xx: the store refused a deliberately

@@ -16,9 +16,9 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -174,8 +174,17 @@ def expired(message: str, continue_token: str | None = None) -> StoreError:
 # ---------------------------------------------------------------------------------------------- time
 
 
+_last_second: list[Any] = [-1, ""]  # (epoch second, its RFC 3339 text): writes come thousands a second
+
+
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    second = int(time.time())
+    cached = _last_second
+    if cached[0] != second:
+        cached[1] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+        cached[0] = second
+    text: str = cached[1]
+    return text
 
 
 def now_micro() -> str:
@@ -240,35 +249,82 @@ def event_line(type_: str, raw_object: bytes) -> bytes:
     return b'{"type":"' + type_.encode() + b'","object":' + raw_object + b"}\n"
 
 
-@dataclass(slots=True)
 class _Table:
-    """Objects of one kind, kept sorted by key so LIST pages and namespace ranges are bisections."""
+    """Objects of one kind. LIST pages and namespace ranges are bisections over the keys in sorted order.
 
-    keys: list[Key] = field(default_factory=list)
-    rows: list[Entry] = field(default_factory=list)
-    index: dict[Key, Entry] = field(default_factory=dict)
+    New keys are not inserted into the sorted lists at once (a list insert moves half the list: at 100k
+    objects that was most of the cost of a create); they wait in ``_new`` and are merged on the next read
+    that needs the order (Timsort merges the two sorted runs in linear time). Updates of a key already in
+    order replace its row in place; while a merge is pending, only ``index`` is updated and the rows are
+    rebuilt from it."""
+
+    __slots__ = ("_keys", "_new", "_rows", "index")
+
+    def __init__(self) -> None:
+        self._keys: list[Key] = []
+        self._rows: list[Entry] = []
+        self._new: dict[Key, None] = {}  # keys in index but not yet in _keys
+        self.index: dict[Key, Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self.index)
 
     def put(self, entry: Entry) -> None:
-        i = bisect.bisect_left(self.keys, entry.key)
-        if entry.key in self.index:
-            self.rows[i] = entry
-        else:
-            self.keys.insert(i, entry.key)
-            self.rows.insert(i, entry)
-        self.index[entry.key] = entry
+        key = entry.key
+        index = self.index
+        if key not in index:
+            self._new[key] = None
+        elif not self._new:
+            self._rows[bisect.bisect_left(self._keys, key)] = entry
+        index[key] = entry
 
     def remove(self, key: Key) -> None:
-        i = bisect.bisect_left(self.keys, key)
-        del self.keys[i]
-        del self.rows[i]
         del self.index[key]
+        if key in self._new:
+            del self._new[key]
+            return
+        i = bisect.bisect_left(self._keys, key)
+        del self._keys[i]
+        if not self._new:
+            del self._rows[i]
+
+    def _settle(self) -> None:
+        new = self._new
+        if not new:
+            return
+        keys = self._keys
+        keys += sorted(new)
+        keys.sort()  # two sorted runs: a linear merge
+        new.clear()
+        index = self.index
+        self._rows = [index[k] for k in keys]
+
+    @property
+    def keys(self) -> list[Key]:
+        self._settle()
+        return self._keys
+
+    @property
+    def rows(self) -> list[Entry]:
+        self._settle()
+        return self._rows
 
     def range(self, namespace: str | None) -> list[Entry]:
+        self._settle()
         if namespace is None:
-            return self.rows[:]
-        lo = bisect.bisect_left(self.keys, (namespace, ""))
-        hi = bisect.bisect_left(self.keys, (namespace + "\x00", ""))
-        return self.rows[lo:hi]
+            return self._rows[:]
+        keys = self._keys
+        lo = bisect.bisect_left(keys, (namespace, ""))
+        hi = bisect.bisect_left(keys, (namespace + "\x00", ""), lo)
+        return self._rows[lo:hi]
+
+    def count(self, namespace: str | None) -> int:
+        if namespace is None:
+            return len(self.index)
+        self._settle()
+        keys = self._keys
+        lo = bisect.bisect_left(keys, (namespace, ""))
+        return bisect.bisect_left(keys, (namespace + "\x00", ""), lo) - lo
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,8 +420,7 @@ class Store:
             ) from None
 
     def count(self, resource: ResourceKind, namespace: str | None = None) -> int:
-        table = self._table(resource)
-        return len(table.rows) if namespace is None else len(table.range(namespace))
+        return self._table(resource).count(namespace)
 
     def _table(self, resource: ResourceKind) -> _Table:
         self.schema(resource)
@@ -379,8 +434,10 @@ class Store:
             raise not_found(resource, name)
         return entry
 
-    def get(self, resource: ResourceKind, namespace: str | None, name: str) -> Obj:
-        return self.get_entry(resource, namespace, name).copy()
+    def get(self, resource: ResourceKind, namespace: str | None, name: str, *, copy: bool = True) -> Obj:
+        """A private copy of the object (``copy=False``: the stored object, shared and read-only)."""
+        entry = self.get_entry(resource, namespace, name)
+        return entry.copy() if copy else entry.obj
 
     def entries(self, resource: ResourceKind, namespace: str | None) -> Entries:
         """Current entries in key order (a new list; the entries themselves are immutable)."""
@@ -548,8 +605,16 @@ class Store:
 
     # -- writes -------------------------------------------------------------------------------
     def create(
-        self, resource: ResourceKind, namespace: str | None, obj: Obj, *, field_manager: str = "sim"
+        self,
+        resource: ResourceKind,
+        namespace: str | None,
+        obj: Obj,
+        *,
+        field_manager: str = "sim",
+        copy: bool = True,
     ) -> Obj:
+        """Create ``obj``. Returns a private copy of the stored object, or with ``copy=False`` the stored
+        object itself: shared and read-only (for callers that never mutate it, like the generator)."""
         schema = self.schema(resource)
         body = _own(obj)
         meta = body.get("metadata")
@@ -591,7 +656,8 @@ class Store:
         )
         self._validate(schema, new_obj, name)
         new_meta["managedFields"] = [_managed_entry(field_manager, resource, new_obj, None, now)]
-        return self._commit(resource, "ADDED", new_obj, None).copy()
+        entry = self._commit(resource, "ADDED", new_obj, None)
+        return entry.copy() if copy else entry.obj
 
     def update(
         self,
@@ -628,9 +694,15 @@ class Store:
         subresource: str | None = None,
         patch_type: str = "merge",
         field_manager: str = "sim",
+        copy: bool = True,
     ) -> Obj:
+        """Patch; returns the result as :meth:`create` does (``copy=False``: shared and read-only)."""
         entry = self.get_entry(resource, namespace, name)
-        current = entry.copy()
+        # A merge patch of status needs no deep copy: merge_patch copies the maps along the patch's paths and
+        # never mutates its target, and a status write keeps the rest of the stored object as it is.
+        # json_patch works in place, and spec writes are defaulted in place: those work on a copy.
+        shared = patch_type in {"merge", "apply"} and subresource == "status"
+        current = entry.obj if shared else entry.copy()
         if patch_type in {"merge", "apply"}:
             if not isinstance(patch, dict):
                 raise bad_request(
@@ -648,6 +720,7 @@ class Store:
         meta = patched.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
+        meta = patched["metadata"] = dict(meta)  # may be the stored object's own
         # A resourceVersion inside the patch is a precondition; otherwise the patch applies to what we read.
         if str(meta.get("resourceVersion", "")) != str(entry.rv):
             if meta.get("resourceVersion"):
@@ -655,7 +728,7 @@ class Store:
             meta["resourceVersion"] = str(entry.rv)
         meta["name"] = name
         result, _ = self._update(resource, namespace, patched, subresource, field_manager)
-        return result.copy()
+        return result.copy() if copy else result.obj
 
     def delete(
         self,
@@ -664,8 +737,10 @@ class Store:
         name: str,
         *,
         preconditions: dict[str, Any] | None = None,
+        copy: bool = True,
     ) -> Obj:
-        """With finalizers: set deletionTimestamp (MODIFIED), else remove (DELETED). Returns last state."""
+        """With finalizers: set deletionTimestamp (MODIFIED), else remove (DELETED). Returns last state
+        (``copy=False``: shared and read-only)."""
         entry = self.get_entry(resource, namespace, name)
         meta = entry.obj["metadata"]
         if preconditions:
@@ -685,15 +760,17 @@ class Store:
                 )
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
-                return entry.copy()
+                return entry.copy() if copy else entry.obj
             new_obj = dict(entry.obj)
             new_meta = dict(meta)
             new_meta["deletionTimestamp"] = now_rfc3339()
             if self._schemas[resource].generation:
                 new_meta["deletionGracePeriodSeconds"] = 0
             new_obj["metadata"] = new_meta
-            return self._commit(resource, "MODIFIED", new_obj, entry).copy()
-        return self._remove(resource, entry).copy()
+            done = self._commit(resource, "MODIFIED", new_obj, entry)
+        else:
+            done = self._remove(resource, entry)
+        return done.copy() if copy else done.obj
 
     # -- write internals ----------------------------------------------------------------------
     def _update(
@@ -904,19 +981,41 @@ def _spec_changed(new: Obj, old: Obj, status_subresource: bool) -> bool:
 # ---------------------------------------------------------------------------------------------- managedFields
 
 
+# FieldsV1 sets are built on every write, so the common parts are shared: every leaf is the same empty
+# dict, and a map whose values are all scalars (a condition, a jobsStatus entry, a resource list) gets its
+# set from a cache keyed by its keys. Stored objects are never mutated, so sharing is safe; callers only
+# ever see copies (or, with ``copy=False``, promise not to mutate).
+_LEAF: Final[dict[str, Any]] = {}
+_SCALAR_MAP_FIELDS: dict[tuple[bool, tuple[str, ...]], dict[str, Any]] = {}
+_SCALAR_MAP_CACHE_MAX: Final = 4096
+
+
 def _fields_v1(value: Any, depth: int = 0) -> Any:
     """A FieldsV1 set for a JSON value: the shape SSA tracks (maps by f:, named list items by k:)."""
     if isinstance(value, dict):
-        out: dict[str, Any] = {".": {}} if depth else {}
+        for v in value.values():
+            if isinstance(v, dict | list):
+                break
+        else:  # only scalars below: the set depends on the keys alone
+            cache_key = (depth > 0, tuple(value))
+            cached = _SCALAR_MAP_FIELDS.get(cache_key)
+            if cached is None:
+                cached = {".": _LEAF} if depth else {}
+                for k in value:
+                    cached["f:" + k] = _LEAF
+                if len(_SCALAR_MAP_FIELDS) < _SCALAR_MAP_CACHE_MAX:
+                    _SCALAR_MAP_FIELDS[cache_key] = cached
+            return cached
+        out: dict[str, Any] = {".": _LEAF} if depth else {}
         for k, v in value.items():
-            out[f"f:{k}"] = _fields_v1(v, depth + 1)
+            out["f:" + k] = _fields_v1(v, depth + 1) if isinstance(v, dict | list) else _LEAF
         return out
     if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
-        items: dict[str, Any] = {".": {}}
+        items: dict[str, Any] = {".": _LEAF}
         for v in value:
             items['k:{"name":' + orjson.dumps(v["name"]).decode() + "}"] = _fields_v1(v, depth + 1)
         return items
-    return {}
+    return _LEAF
 
 
 def _managed_entry(

@@ -20,8 +20,8 @@ try:  # tests/kube may or may not be a package (rootdir-relative vs. basename im
     from tests.kube.test_informer_unit import Projector, Recorder
     from tests.kube.test_informer_wire import eventually
 except ImportError:
-    from test_informer_unit import Projector, Recorder  # type: ignore[no-redef]
-    from test_informer_wire import eventually  # type: ignore[no-redef]
+    from test_informer_unit import Projector, Recorder  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from test_informer_wire import eventually  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 OPTS = InformerOptions(
     page_size=500,
@@ -291,3 +291,34 @@ async def test_real_trainjob_projector(env: Env) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_rotated_token_401_is_reloaded_and_retried(tmp_path: Path) -> None:
+    try:
+        from tests.kube.test_client import write_kubeconfig
+    except ImportError:
+        from test_client import write_kubeconfig  # type: ignore[no-redef,import-not-found,unused-ignore]
+
+    token_file = tmp_path / "token"
+    token_file.write_text("t1")
+    async with SimulatedCluster(token="t1", bookmark_interval=0.5) as sim:
+        cfg = write_kubeconfig(tmp_path / "kubeconfig", sim.url, token_file=token_file)
+        client = await KubeClient.connect(str(cfg))
+        e = Env(sim, client)
+        e.create("a")
+        inf = e.start()
+        try:
+            await e.watching()
+            token_file.write_text("t2")  # kubelet rotated the projected token
+            sim.faults.set_token("t2")
+            sim.faults.restart()  # the next watch needs the new token
+            e.create("b")
+            await eventually(lambda: inf.get("team1/b") is not None and inf.watching)
+            assert inf.counters.watch_restarts["error"] >= 1 or inf.counters.watch_restarts["closed"] >= 1
+            assert sim.faults.counters["unauthorized"] >= 1
+        finally:
+            assert e.task is not None
+            e.task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await e.task
+            await client.close()

@@ -23,8 +23,8 @@ try:  # tests/kube may or may not be a package (rootdir-relative vs. basename im
     from tests.kube.test_client import write_kubeconfig
     from tests.kube.test_informer_unit import THINGS, Projector, Recorder, obj
 except ImportError:
-    from test_client import write_kubeconfig  # type: ignore[no-redef]
-    from test_informer_unit import THINGS, Projector, Recorder, obj  # type: ignore[no-redef]
+    from test_client import write_kubeconfig  # type: ignore[no-redef,import-not-found,unused-ignore]
+    from test_informer_unit import THINGS, Projector, Recorder, obj  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 FAST = InformerOptions(
     page_size=500,
@@ -196,12 +196,12 @@ class StubApiServer:
             deadline = time.monotonic() + min(self.watch_duration, float(request.query["timeoutSeconds"]))
             while (remaining := deadline - time.monotonic()) > 0:
                 try:
-                    data = await asyncio.wait_for(queue.get(), remaining)
+                    item = await asyncio.wait_for(queue.get(), remaining)
                 except TimeoutError:
                     break
-                if data is None:
+                if item is None:
                     break
-                await resp.write(data)
+                await resp.write(item)
         finally:
             self.watchers.discard(queue)
         return resp
@@ -546,7 +546,8 @@ async def test_malformed_and_oversized_lines_are_skipped(h: Harness) -> None:
     h.stub.put("b", value="NaN-ish")  # typed decode fails, tolerant projection keeps it
     await eventually(lambda: len(h.calls()) == 2)
     assert inf.counters.skipped["malformed"] == 2
-    assert inf.get("ns/b").value is None
+    b = inf.get("ns/b")
+    assert b is not None and b.value is None
     huge = obj("huge", 999, value="x" * (80 * 1024))
     h.stub.raw_event(orjson.dumps({"type": "ADDED", "object": huge}) + b"\n")
     await eventually(lambda: inf.counters.skipped["too_large"] == 1)

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics.trainer_metrics import TrainerMetricState
@@ -44,6 +45,14 @@ def reference_text(state: TrainerMetricState) -> bytes:
     registry = CollectorRegistry()
     registry.register(state.collector())
     return generate_latest(registry)
+
+
+def reference_openmetrics(state: TrainerMetricState) -> bytes:
+    """prometheus_client's OpenMetrics for the same state, without its # EOF."""
+    registry = CollectorRegistry()
+    registry.register(state.collector())
+    body: bytes = generate_openmetrics(registry)
+    return body.removesuffix(b"# EOF\n")
 
 
 Samples = set[tuple[str, tuple[tuple[str, str], ...], float]]

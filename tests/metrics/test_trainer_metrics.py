@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +19,18 @@ from app.metrics.trainer_metrics import (
 )
 from app.trainer.events import RuntimeInfo
 
-from .helpers import REF, created, families, feed, finished, reference_text, sample_count, samples, value
+from .helpers import (
+    REF,
+    created,
+    families,
+    feed,
+    finished,
+    reference_openmetrics,
+    reference_text,
+    sample_count,
+    samples,
+    value,
+)
 
 RUNTIME = RuntimeInfo(
     "", "torch-distributed", "trainer.kubeflow.org", "ClusterTrainingRuntime", "torch", "none", "torch"
@@ -217,6 +229,7 @@ def test_label_values_are_escaped() -> None:
     state.on_countable(created(1, ns=nasty, ref=nasty, accel_class=nasty))
     text = state.render_text()
     assert text == reference_text(state)
+    assert state.render_openmetrics() == reference_openmetrics(state)
     assert b'namespace="a\\"b\\\\c\\nd"' in text
     assert value(text, "kubeflow_trainer_trainjob_created_total", namespace=nasty, runtime_ref=nasty) == 1.0
     assert (
@@ -256,6 +269,7 @@ def test_openmetrics_parses_and_names_counters_without_total() -> None:
     parsed = {f.name: f for f in parse_openmetrics((body + b"# EOF\n").decode())}
     assert set(parsed) == set(EXPECTED)
     assert state.render_openmetrics() is body  # cached until a change
+    assert body == reference_openmetrics(state)
 
 
 # --- equivalence with prometheus_client on random states ---------------------------------------------
@@ -283,10 +297,10 @@ _op = st.one_of(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(_op, max_size=40))
-def test_render_text_equals_prometheus_client(ops: list[tuple[object, ...]]) -> None:
+@given(st.lists(_op, max_size=40), st.sampled_from([0, 1, 3, 32]))
+def test_render_text_equals_prometheus_client(ops: list[tuple[object, ...]], flush_every: int) -> None:
     runtimes: list[RuntimeInfo] = []
-    state = TrainerMetricState(lambda: runtimes)
+    state = TrainerMetricState(lambda: runtimes, flush_every=flush_every)
     for rv, op in enumerate(ops, start=1):
         kind = op[0]
         if kind == "created":
@@ -330,4 +344,20 @@ def test_render_text_equals_prometheus_client(ops: list[tuple[object, ...]]) -> 
     assert samples(text) == samples(reference)
     assert sample_count(text) == sample_count(reference)
     assert text == reference  # and byte for byte
+    assert state.render_openmetrics() == reference_openmetrics(state)
     parse_openmetrics((state.render_openmetrics() + b"# EOF\n").decode())
+
+
+def test_many_series_across_blocks_with_removals_keep_prometheus_client_order() -> None:
+    rng = random.Random(7)
+    state = TrainerMetricState(flush_every=5)
+    keys = [(f"ns-{i % 17}", f"{REF}-{i % 23}", state_) for i in range(400) for state_ in ("running",)]
+    for step in range(3000):
+        key = rng.choice(keys)
+        state.on_jobs_gauge(key, rng.choice([0, 0, 1, 2, 3]))  # removals empty blocks, re-adds go last
+        if step % 3 == 0:
+            state.on_countable(created(step, ns=key[0], ref=key[1], nodes=rng.randint(0, 2000)))
+        if step % 250 == 0:
+            assert state.render_text() == reference_text(state)
+    assert state.render_text() == reference_text(state)
+    assert state.series_count == sum(len(f) for f in state._families)
