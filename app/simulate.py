@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from app.config import Settings
+from app.sim.authn import TokenRegistry, install_auth_routes
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
 
@@ -24,7 +25,10 @@ log = logging.getLogger(__name__)
 async def embedded_cluster(settings: Settings) -> AsyncIterator[str]:
     """Run a simulated cluster on loopback with a generator; yield the kubeconfig path for the service."""
     with tempfile.TemporaryDirectory(prefix="trainer-metrics-sim-") as tmp:
-        async with SimulatedCluster(host="127.0.0.1", port=0) as sim:
+        sim = SimulatedCluster(host="127.0.0.1", port=0)
+        if settings.auth_enabled:
+            _install_demo_auth(sim)
+        async with sim:
             kubeconfig = sim.write_kubeconfig(Path(tmp) / "kubeconfig")
             generator = WorkloadGenerator(
                 sim.store, seed=settings.sim_seed, max_jobs=max(1, settings.sim_jobs)
@@ -51,3 +55,15 @@ async def embedded_cluster(settings: Settings) -> AsyncIterator[str]:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+
+
+DEMO_SCRAPER_TOKEN = "demo-scraper-token"
+
+
+def _install_demo_auth(sim: SimulatedCluster) -> None:
+    """With auth on, the simulated cluster reviews tokens too: one demo token may read everything."""
+    registry = TokenRegistry()
+    registry.add_service_account(DEMO_SCRAPER_TOKEN, "monitoring", "prometheus")
+    registry.allow(paths=["/metrics", "/debug/*"], service_accounts=["monitoring/prometheus"])
+    install_auth_routes(sim.server, registry)
+    log.info("auth is on: try curl -H 'Authorization: Bearer %s' .../metrics", DEMO_SCRAPER_TOKEN)

@@ -642,8 +642,10 @@ class LeaseElector:
         self._leading = False
         self.transitions_seen += 1
         self._last_change = datetime.now(UTC)
-        log.warning(
-            "lease %s: %s stopped leading: %s", self._config.lease_name, self._config.identity, reason
+        # Giving the Lease up on shutdown is routine; losing it otherwise is worth a warning.
+        level = logging.INFO if reason == "shutting down" else logging.WARNING
+        log.log(
+            level, "lease %s: %s stopped leading: %s", self._config.lease_name, self._config.identity, reason
         )
         if self._on_transition is not None:
             _safe_call("on_transition", self._on_transition, False)
