@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,369 @@ async def eventually(
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Appended helpers: Trainer manifests, status writes and "the service has caught up with the store"
+# (used by test_invariants.py, test_ground_truth.py and test_endpoints.py).
+# --------------------------------------------------------------------------------------------------------
+
+TRAINER_API_VERSION = "trainer.kubeflow.org/v1alpha1"
+CREATED = "kubeflow_trainer_trainjob_created_total"
+FINISHED = "kubeflow_trainer_trainjob_finished_total"
+JOBS = "kubeflow_trainer_trainjobs"
+RUNTIME_INFO = "kubeflow_trainer_runtime_info"
+LIFETIME = "kubeflow_trainer_trainjob_lifetime_seconds"
+NODES = "kubeflow_trainer_trainjob_requested_training_nodes_per_job"
+ACCELERATORS = "kubeflow_trainer_trainjob_requested_accelerators"
+
+
+def cluster_ref(name: str) -> str:
+    """runtime_ref label of a ClusterTrainingRuntime."""
+    return f"trainer.kubeflow.org/ClusterTrainingRuntime//{name}"
+
+
+def trainjob_manifest(
+    name: str,
+    *,
+    runtime: str = "torch-distributed",
+    kind: str | None = None,
+    api_group: str | None = None,
+    num_nodes: Any = None,
+    suspend: bool | None = None,
+    gpus_per_node: int | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A TrainJob as a user writes it (runtimeRef apiGroup/kind default as in the CRD when omitted)."""
+    ref: dict[str, Any] = {"name": runtime}
+    if kind is not None:
+        ref["kind"] = kind
+    if api_group is not None:
+        ref["apiGroup"] = api_group
+    spec: dict[str, Any] = {"runtimeRef": ref}
+    trainer: dict[str, Any] = {}
+    if num_nodes is not None:
+        trainer["numNodes"] = num_nodes
+    if gpus_per_node is not None:
+        trainer["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": str(gpus_per_node)}}
+    if trainer:
+        spec["trainer"] = trainer
+    if suspend is not None:
+        spec["suspend"] = suspend
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": TRAINER_API_VERSION, "kind": "TrainJob", "metadata": meta, "spec": spec}
+
+
+def runtime_manifest(
+    name: str,
+    *,
+    namespace: str | None = None,
+    num_nodes: Any = None,
+    ml_policy: str = "torch",
+    framework: str = "torch",
+    pod_group_policy: str | None = None,
+    gpus_per_node: int | None = None,
+) -> dict[str, Any]:
+    """A TrainingRuntime (``namespace`` given) or ClusterTrainingRuntime with a trainer ``node`` job."""
+    policy: dict[str, Any] = {ml_policy: {}}
+    if num_nodes is not None:
+        policy["numNodes"] = num_nodes
+    container: dict[str, Any] = {"name": "node", "image": "example/trainer:1"}
+    if gpus_per_node is not None:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus_per_node)}}
+    spec: dict[str, Any] = {
+        "mlPolicy": policy,
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {"spec": {"template": {"spec": {"containers": [container]}}}},
+                    }
+                ]
+            }
+        },
+    }
+    if pod_group_policy is not None:
+        spec["podGroupPolicy"] = {pod_group_policy: {}}
+    meta: dict[str, Any] = {"name": name, "labels": {"trainer.kubeflow.org/framework": framework}}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    kind = "TrainingRuntime" if namespace is not None else "ClusterTrainingRuntime"
+    return {"apiVersion": TRAINER_API_VERSION, "kind": kind, "metadata": meta, "spec": spec}
+
+
+def rfc3339(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def condition(
+    cond_type: str, status: str = "True", reason: str = "", when: float | None = None
+) -> dict[str, Any]:
+    return {
+        "type": cond_type,
+        "status": status,
+        "reason": reason,
+        "message": "",
+        "lastTransitionTime": rfc3339(time.time() if when is None else when),
+    }
+
+
+def running_status() -> dict[str, Any]:
+    return {"jobsStatus": [{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0}]}
+
+
+def terminal_status(result: str = "Complete", reason: str = "", when: float | None = None) -> dict[str, Any]:
+    """Complete=True (``result="Complete"``) or Failed=True with ``reason``."""
+    if result == "Complete":
+        cond = condition("Complete", reason=reason or "JobsCompleted", when=when)
+    else:
+        cond = condition("Failed", reason=reason or "FailedJobs", when=when)
+    return {"conditions": [cond], "jobsStatus": [{"name": "node", "active": 0, "succeeded": 1, "failed": 0}]}
+
+
+def write_status(store: Any, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+    """A controller's status write (merge patch of the status subresource)."""
+    from app.kube.resources import TRAINJOBS
+
+    result: dict[str, Any] = store.patch(TRAINJOBS, namespace, name, {"status": status}, subresource="status")
+    return result
+
+
+def last_write_rv(store: Any, resource: Any) -> int:
+    """resourceVersion of the last write (create, update or delete) to ``resource`` the store remembers;
+    after a compaction, the newest live object's (the informer relists at the store's revision anyway)."""
+    events = store.events_since(resource, store.horizon)
+    newest = events[-1].rv if events else 0
+    return max([newest, *(e.rv for e in store.entries(resource, None))])
+
+
+def caches_match_store(service: Service, store: Any) -> bool:
+    """Every informer has processed every write to its resource, its cache holds exactly what the store
+    holds (same keys, same resourceVersions), and no JobCreated waits for a runtime."""
+    for informer in service.informers:
+        if not informer.synced:
+            return False
+        rv = informer.resource_version
+        if not rv.isdigit() or int(rv) < last_write_rv(store, informer.resource):
+            return False
+        want = {
+            (f"{e.key[0]}/{e.key[1]}" if e.key[0] else e.key[1]): str(e.rv)
+            for e in store.entries(informer.resource, informer.namespace)
+        }
+        have = {key: obj.resource_version for key, obj in informer.items()}
+        if want != have:
+            return False
+    return service.state.pending_count == 0
+
+
+async def wait_caught_up(r: Replica, store: Any, *, timeout: float = 30.0) -> None:
+    await eventually(lambda: caches_match_store(r.service, store), timeout=timeout, what="caches == store")
+
+
+async def wait_leading(r: Replica, *, timeout: float = 20.0) -> None:
+    """Until this replica leads (or, without election, exports) the Trainer metrics."""
+
+    async def leading() -> bool:
+        resp = await r.http.get("/debug/leadership")
+        return resp.status_code == 200 and bool(resp.json()["is_leader"])
+
+    await eventually(leading, timeout=timeout, what=f"{r.identity} leading")
+
+
+# --------------------------------------------------------------------------------------------------
+# Leadership helpers (appended for tests/integration/test_leadership.py and test_handover.py)
+# --------------------------------------------------------------------------------------------------
+
+_LEADER_GAUGE = re.compile(r"^trainer_metrics_leader (\S+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class CountedEvent:
+    """One countable event as a replica's metric state counted it (see ``tap_counted``)."""
+
+    at: float  # time.monotonic() when counted
+    identity: str
+    kind: str  # "created" | "finished"
+    uid: str
+    rv: int
+    labels: tuple[str, ...]  # the counter's label values, in the metric's declared order
+
+
+def tap_counted(service: Service, sink: list[CountedEvent]) -> None:
+    """Record every event ``service`` counts into ``sink`` (wraps its metric state; counting unchanged)."""
+    state = service.metric_state
+    original = state.on_countable
+    identity = service.settings.identity
+
+    def on_countable(event: Any) -> None:
+        if hasattr(event, "result"):
+            labels: tuple[str, ...] = (event.result, event.reason, event.runtime_ref)
+            kind = "finished"
+        else:
+            labels, kind = (event.namespace, event.runtime_ref), "created"
+        sink.append(CountedEvent(time.monotonic(), identity, kind, event.uid, event.rv, labels))
+        original(event)
+
+    state.on_countable = on_countable  # type: ignore[method-assign]
+
+
+def counter_values(service: Service) -> dict[str, dict[tuple[str, ...], int]]:
+    """The replica's Trainer counters as its metric state holds them (what it exports while leading)."""
+    state = service.metric_state
+    return {"created": dict(state.created.values), "finished": dict(state.finished.values)}
+
+
+@dataclass
+class ExporterSample:
+    at: float
+    atomic: tuple[str, ...]  # identities whose exposition held the Trainer source, one synchronous instant
+    http: dict[str, tuple[bool, float | None]]  # identity -> (/metrics has kubeflow_trainer_, leader gauge)
+    stable: bool  # no replica changed its exposition state while the round's scrapes ran
+    gap_allowed: bool
+
+
+class ExporterSampler:
+    """Samples which replicas export Trainer metrics, every ``interval`` seconds, in the background.
+
+    Each round takes (1) a synchronous look at every replica's exposition (one event-loop instant, so it
+    is exactly "who exports now") and (2) a scrape of every replica's ``/metrics``. Violations: two
+    exporters at one instant; zero exporters outside a window opened by ``allow_gap``; a /metrics that
+    disagrees with the exposition state, or whose ``trainer_metrics_leader`` disagrees with it.
+    """
+
+    def __init__(self, replicas: list[Replica], *, interval: float = 0.015) -> None:
+        self.replicas = replicas
+        self.interval = interval
+        self.samples: list[ExporterSample] = []
+        self.violations: list[str] = []
+        self.gap_allowed = False
+        self._task: asyncio.Task[None] | None = None
+        self._closed: set[str] = set()
+
+    def allow_gap(self, allowed: bool) -> None:
+        self.gap_allowed = allowed
+
+    def retire(self, replica: Replica) -> None:
+        """Stop scraping a replica whose HTTP client is about to close (it is still checked atomically)."""
+        self._closed.add(replica.identity)
+
+    def _atomic(self) -> tuple[str, ...]:
+        return tuple(r.identity for r in self.replicas if r.service.exposition.trainer_source is not None)
+
+    async def _round(self) -> None:
+        before = self._atomic()
+        gap_allowed = self.gap_allowed
+        http: dict[str, tuple[bool, float | None]] = {}
+        for r in list(self.replicas):
+            if r.identity in self._closed:
+                continue
+            text = await r.metrics_text()
+            gauge = _LEADER_GAUGE.search(text)
+            http[r.identity] = ("kubeflow_trainer_" in text, float(gauge.group(1)) if gauge else None)
+        after = self._atomic()
+        gap_allowed = gap_allowed and self.gap_allowed
+        sample = ExporterSample(time.monotonic(), after, http, before == after, gap_allowed)
+        self.samples.append(sample)
+        for atomic in (before, after):
+            if len(atomic) > 1:
+                self.violations.append(f"{sample.at:.3f}: two exporters at one instant: {atomic}")
+            if not atomic and not (gap_allowed or self.gap_allowed):
+                self.violations.append(f"{sample.at:.3f}: no exporter outside a hand-over")
+        if sample.stable:
+            for identity, (exporting, gauge) in http.items():
+                if exporting != (identity in after):
+                    self.violations.append(f"{sample.at:.3f}: {identity} /metrics exporting={exporting}")
+                if gauge != (1.0 if identity in after else 0.0):
+                    self.violations.append(f"{sample.at:.3f}: {identity} trainer_metrics_leader {gauge}")
+            if sum(1 for exporting, _ in http.values() if exporting) > 1:
+                self.violations.append(f"{sample.at:.3f}: two /metrics with Trainer series: {http}")
+
+    async def _run(self) -> None:
+        while True:
+            await self._round()
+            await asyncio.sleep(self.interval)
+
+    def start(self) -> ExporterSampler:
+        self._task = asyncio.create_task(self._run(), name="exporter sampler")
+        return self
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._task.cancel()
+        with suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    def first_exporting(self, identity: str, after: float) -> float | None:
+        """Monotonic time of the first sample after ``after`` in which ``identity`` exported."""
+        return next((s.at for s in self.samples if s.at > after and identity in s.atomic), None)
+
+    def last_exporting(self, identity: str) -> float | None:
+        return next((s.at for s in reversed(self.samples) if identity in s.atomic), None)
+
+    def assert_clean(self) -> None:
+        assert self.samples, "the sampler took no sample"
+        assert not self.violations, "\n".join(self.violations[:20])
+
+
+class Fleet:
+    """Several replicas in one test, each with its own kubeconfig/client, their counted events tapped.
+
+    Enter it with ``async with Fleet(tmp_path) as fleet``; leaving stops every replica still running."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.replicas: list[Replica] = []
+        self.counted: list[CountedEvent] = []
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> Fleet:
+        await self._stack.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._stack.__aexit__(*exc)
+
+    async def add(self, kubeconfig: Path, identity: str, **overrides: Any) -> Replica:
+        r = await self._stack.enter_async_context(replica(kubeconfig, identity, **overrides))
+        tap_counted(r.service, self.counted)
+        self.replicas.append(r)
+        return r
+
+    def alive(self) -> list[Replica]:
+        return [r for r in self.replicas if r.service.client is not None]
+
+    def leaders(self) -> list[Replica]:
+        return [r for r in self.replicas if r.service.journal.leading]
+
+    def by_identity(self, identity: str) -> Replica:
+        return next(r for r in self.replicas if r.identity == identity)
+
+    async def wait_leader(self, *, timeout: float = 10.0) -> Replica:
+        leaders: list[Replica] = await eventually(self.leaders, timeout=timeout, what="a leader")
+        assert len(leaders) == 1, [r.identity for r in leaders]
+        return leaders[0]
+
+    async def wait_candidates(self, *, timeout: float = 10.0) -> None:
+        """Every live replica has synced its informers and runs its elector."""
+
+        def ready() -> bool:
+            return all(
+                r.service.elector is not None and all(i.synced for i in r.service.informers)
+                for r in self.alive()
+            )
+
+        await eventually(ready, timeout=timeout, what="all replicas synced and electing")
+
+    def caught_up(self, resource_version: int) -> bool:
+        """Every live replica's TrainJob informers have seen ``resource_version``."""
+        return all(
+            int(i.resource_version or 0) >= resource_version
+            for r in self.alive()
+            for i in r.service.informers
+            if i.resource.plural == "trainjobs"
+        )

@@ -1,0 +1,248 @@
+"""A real Prometheus (Debian's `prometheus` package) started by a test: its own loopback port, config and
+data directory, killed at the end. Plus a small client for its HTTP API and promtool."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import yaml
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+
+# The only reason to skip: the binaries are not installed (.ci/run installs them on CI).
+requires_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None or PROMTOOL is None,
+    reason="prometheus/promtool not on PATH (Debian package `prometheus`; `bash .ci/run` installs it)",
+)
+
+SCRAPE_INTERVAL_SECONDS = 1
+# Prometheus' default Accept header of a scrape (2.42, scrape/scrape.go): OpenMetrics first.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.2) -> T:
+    """Poll ``check`` until it returns something truthy; fail with the last value after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = check()
+        except (httpx.HTTPError, OSError) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+class PromQLError(AssertionError):
+    """Prometheus answered a query with an error."""
+
+
+class Prometheus:
+    """One Prometheus process scraping ``targets`` ({job name: (host:port, target labels)})."""
+
+    def __init__(self, workdir: Path, targets: Mapping[str, tuple[str, Mapping[str, str]]]) -> None:
+        self.workdir = workdir
+        self.targets = targets
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / "prometheus.log"
+        self.http: httpx.Client | None = None
+
+    # --- process -----------------------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        return {
+            "global": {
+                "scrape_interval": f"{SCRAPE_INTERVAL_SECONDS}s",
+                "scrape_timeout": f"{SCRAPE_INTERVAL_SECONDS}s",
+                "evaluation_interval": f"{SCRAPE_INTERVAL_SECONDS}s",
+            },
+            "scrape_configs": [
+                {
+                    "job_name": job,
+                    # As the chart's ServiceMonitor (honorLabels: true): the metrics' own labels win
+                    # over the target's (namespace, pod, ...).
+                    "honor_labels": True,
+                    "metrics_path": "/metrics",
+                    "static_configs": [{"targets": [address], "labels": dict(labels)}],
+                }
+                for job, (address, labels) in self.targets.items()
+            ],
+        }
+
+    def start(self, timeout: float = 30.0) -> None:
+        assert PROMETHEUS is not None
+        config_file = self.workdir / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(self.config()))
+        for _attempt in range(3):  # a port taken between free_port() and the bind: try another one
+            self.port = free_port()
+            data = self.workdir / f"data-{self.port}"
+            with self.log_path.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        PROMETHEUS,
+                        f"--config.file={config_file}",
+                        f"--storage.tsdb.path={data}",
+                        f"--web.listen-address=127.0.0.1:{self.port}",
+                        "--storage.tsdb.retention.time=1h",
+                        "--log.level=warn",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10.0)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                with contextlib.suppress(httpx.HTTPError):
+                    if self.http.get("/-/ready").status_code == 200:
+                        return
+                time.sleep(0.1)
+            if self.proc.poll() is None:
+                self.stop()
+                raise AssertionError(f"Prometheus not ready after {timeout}s:\n{self.log_tail()}")
+            self.stop()
+            if "address already in use" not in self.log_tail():
+                break
+        raise AssertionError(f"Prometheus did not start:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.http is not None:
+            self.http.close()
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    # --- HTTP API ------------------------------------------------------------------------------------------
+    def _api(self, path: str, params: Mapping[str, Any]) -> Any:
+        assert self.http is not None, "Prometheus is not running"
+        resp = self.http.get(path, params=params)
+        try:
+            body = resp.json()
+        except ValueError:
+            raise PromQLError(f"{path} {dict(params)}: HTTP {resp.status_code}: {resp.text[:500]}") from None
+        if body.get("status") != "success":
+            raise PromQLError(f"{body.get('errorType')}: {body.get('error')}  (query {dict(params)})")
+        if body.get("warnings"):
+            raise PromQLError(f"warnings {body['warnings']}  (query {dict(params)})")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query; the vector (or a scalar as a one-element vector without labels)."""
+        params: dict[str, Any] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self._api("/api/v1/query", params)
+        if data["resultType"] in ("scalar", "string"):
+            return [{"metric": {}, "value": data["result"]}]
+        assert data["resultType"] == "vector", data
+        return list(data["result"])
+
+    def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list[dict[str, Any]]:
+        data = self._api(
+            "/api/v1/query_range",
+            {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step}s"},
+        )
+        assert data["resultType"] == "matrix", data
+        return list(data["result"])
+
+    def values(self, expr: str, *by: str, at: float | None = None) -> dict[tuple[str, ...], float]:
+        """Instant query as {label values: value}."""
+        out: dict[tuple[str, ...], float] = {}
+        for series in self.query(expr, at):
+            key = tuple(series["metric"].get(label, "") for label in by)
+            assert key not in out, f"{expr}: two series for {dict(zip(by, key, strict=True))}"
+            out[key] = float(series["value"][1])
+        return out
+
+    def scalar(self, expr: str, at: float | None = None) -> float:
+        result = self.query(expr, at)
+        assert len(result) == 1, f"{expr}: expected one series, got {result}"
+        return float(result[0]["value"][1])
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        return list(self._api(f"/api/v1/label/{label}/values", {"match[]": match}))
+
+    def active_targets(self) -> list[dict[str, Any]]:
+        return list(self._api("/api/v1/targets", {"state": "active"})["activeTargets"])
+
+    def last_scrape_after(self, job: str, after: float, timeout: float = 20.0) -> float:
+        """Wait until the newest sample of ``up{job}`` was scraped at wall time > ``after``; its time."""
+
+        def newest() -> float | None:
+            result = self.query(f'timestamp(up{{job="{job}"}})')
+            stamp = float(result[0]["value"][1]) if result else 0.0
+            return stamp if stamp > after else None
+
+        return wait_for(newest, timeout=timeout, what=f"a scrape of {job} after {after:.3f}")
+
+
+def finite(series_list: list[dict[str, Any]]) -> int:
+    """How many values in an instant or range query result are finite numbers (not NaN or ±Inf)."""
+    count = 0
+    for series in series_list:
+        points = series["values"] if "values" in series else [series["value"]]
+        count += sum(1 for _, v in points if math.isfinite(float(v)))
+    return count
+
+
+def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run(
+        [PROMTOOL, *args],
+        input=stdin.decode() if stdin is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@contextlib.contextmanager
+def running_prometheus(
+    workdir: Path, targets: Mapping[str, tuple[str, Mapping[str, str]]]
+) -> Iterator[Prometheus]:
+    prom = Prometheus(workdir, targets)
+    try:
+        prom.start()
+        yield prom
+    finally:
+        prom.stop()
