@@ -91,6 +91,8 @@ class Service:
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: list[str] = []
         self._started_at = time.monotonic()
+        self._seen_watermark: int | None = None  # highest hand-over watermark seen in the Lease
+        self._seen_record = False  # any readable Lease record seen (someone may have been leading)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -194,6 +196,7 @@ class Service:
             config,
             _Callbacks(self),
             annotations=self._lease_annotations,
+            on_observed=self._remember_watermark,
         )
         await self.elector.run()
 
@@ -203,9 +206,30 @@ class Service:
         watermark = self.journal.watermark
         return {WATERMARK_ANNOTATION: str(watermark)} if watermark is not None else {}
 
+    def _remember_watermark(self, record: LeaseRecord) -> None:
+        self._seen_record = True
+        watermark = _parse_watermark(record.annotations)
+        if watermark is not None and (self._seen_watermark is None or watermark > self._seen_watermark):
+            self._seen_watermark = watermark
+
+    def _takeover_floor(self, previous: LeaseRecord | None) -> int | None:
+        """The resourceVersion up to which the previous leader counted (see app/metrics/journal.py).
+
+        The record we took over says it; if its watermark is missing or unreadable, the highest one
+        seen in the Lease while following is the best knowledge. With none at all: 0 (count all we
+        remember) only when no Lease record was ever seen, since then nobody was leading; otherwise
+        None (unknown: count only from now on) rather than recount another leader's events.
+        """
+        if previous is not None:
+            watermark = _parse_watermark(previous.annotations)
+            if watermark is not None:
+                return watermark
+        if self._seen_watermark is not None:
+            return self._seen_watermark
+        return 0 if previous is None and not self._seen_record else None
+
     def _start_exporting(self, previous: LeaseRecord | None) -> None:
-        # No record (we created the Lease) or no watermark in it: nobody counted what we remember.
-        floor = (_parse_watermark(previous.annotations) if previous is not None else None) or 0
+        floor = self._takeover_floor(previous)
         replayed = self.journal.start_leading(floor)
         self.exposition.set_trainer_source(self.metric_state)
         log.info(

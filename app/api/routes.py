@@ -137,7 +137,9 @@ def build_router() -> APIRouter:
         """The terminal-dedup set: TrainJobs this replica has seen terminal, paginated."""
         view = _debug_view(request)
         if limit > view.terminal_page_max:
-            raise HTTPException(status_code=422, detail=f"limit must be at most {view.terminal_page_max}")
+            if "limit" in request.query_params:
+                raise HTTPException(status_code=422, detail=f"limit must be at most {view.terminal_page_max}")
+            limit = view.terminal_page_max  # the default page size, clamped to a smaller configured maximum
         try:
             return view.terminal_page(limit, continue_)
         except InvalidContinueToken as exc:

@@ -306,6 +306,7 @@ class LeaseElector:
         annotations: Callable[[], Mapping[str, str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_transition: Callable[[bool], None] | None = None,
+        on_observed: Callable[[LeaseRecord], None] | None = None,
     ) -> None:
         self._client = client
         self._config = config
@@ -313,6 +314,7 @@ class LeaseElector:
         self._annotations = annotations
         self._clock = clock
         self._on_transition = on_transition
+        self._on_observed = on_observed  # every readable record seen (the hand-over watermark lives there)
         self._limiter = _LogLimiter(clock)
 
         # client-go's observedRecord / observedRawRecord / observedTime, plus the whole object for its RV.
@@ -609,6 +611,8 @@ class LeaseElector:
                     log.warning("lease %s: unreadable Lease (%s)", self._config.lease_name, exc)
                 self._observed_record, self._observed_malformed = None, True
         rec = self._observed_record
+        if rec is not None and self._on_observed is not None:
+            _safe_call("on_observed", self._on_observed, rec)
         self._report_leader((rec.holder_identity or None) if rec is not None else None)
 
     def _valid_at(self, now: float) -> bool:

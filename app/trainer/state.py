@@ -52,6 +52,7 @@ from app.trainer.projections import RuntimeProjection, TrainJobProjection
 log = logging.getLogger(__name__)
 
 _MAX_LOGGED_MALFORMED: Final = 10_000  # bound on the "already logged" uid set
+UNKNOWN_RUNTIME_REFS_LIMIT: Final = "unknown_runtime_refs"  # app.metrics.telemetry.LIMITS
 
 
 class TerminalEntry(msgspec.Struct, frozen=True, gc=False):
@@ -139,8 +140,13 @@ class TrainerState:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         max_tombstones: int = 4096,
+        on_limit: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_limit(limit)`` is called with "unknown_runtime_refs" each time a runtime ref is refused
+        its own label because ``max_unknown_runtime_refs`` distinct unknown refs are in use (its jobs
+        count under "unknown"); wire it to SelfTelemetry.limit_hit."""
         self._sink = sink
+        self._on_limit = on_limit
         self._max_unknown = max(0, max_unknown_runtime_refs)
         self._wait = max(0.0, runtime_wait_seconds)
         self._clock = clock
@@ -421,8 +427,11 @@ class TrainerState:
         raw_ref = raw_key[1]
         if raw_ref != rules.UNKNOWN:
             users = self._ref_jobs.get(raw_ref, 0)
-            if users == 0 and raw_ref not in self._by_ref and len(self._admitted) < self._max_unknown:
-                self._admitted.add(raw_ref)
+            if users == 0 and raw_ref not in self._by_ref:
+                if len(self._admitted) < self._max_unknown:
+                    self._admitted.add(raw_ref)
+                elif self._on_limit is not None:
+                    self._on_limit(UNKNOWN_RUNTIME_REFS_LIMIT)
             self._ref_jobs[raw_ref] = users + 1
         count = self._raw_counts.get(raw_key, 0)
         self._raw_counts[raw_key] = count + 1
@@ -473,6 +482,16 @@ class TrainerState:
     # --- runtime notifications -------------------------------------------------------------------
 
     def _runtime_put(self, old: RuntimeProjection | None, new: RuntimeProjection) -> None:
+        if new.malformed and new.uid not in self._malformed_logged:
+            # product.md §6.6: a malformed runtime is used as best it can be, and logged once (per uid).
+            self._malformed_logged.add(new.uid)
+            log.warning(
+                "%s %s (uid %s, resourceVersion %s) has unusable fields; used with defaults",
+                new.kind,
+                new.key,
+                new.uid,
+                new.resource_version,
+            )
         if old is not None and (old.kind, old.namespace, old.name) != (new.kind, new.namespace, new.name):
             self._runtime_deleted(old, notify=False)
         self._inventory[(new.kind, new.namespace, new.name)] = new
@@ -488,6 +507,7 @@ class TrainerState:
 
     def _runtime_deleted(self, last: RuntimeProjection, *, notify: bool = True) -> None:
         self._inventory.pop((last.kind, last.namespace, last.name), None)
+        self._malformed_logged.discard(last.uid)
         ref = last.ref
         if ref != rules.UNKNOWN and self._by_ref.get(ref) is not None:
             del self._by_ref[ref]

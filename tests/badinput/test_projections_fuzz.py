@@ -25,7 +25,7 @@ from app.trainer.projections import (
 from tests.badinput import strategies as S
 
 FUZZ = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 MALFORMED_BIT = 8  # projections.MALFORMED
 
@@ -71,13 +71,24 @@ def test_typed_and_tolerant_paths_agree_except_for_the_malformed_flag(obj: Any) 
     )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: _JobMeta/_RuntimeMeta accept name=\"\" / uid=\"\" (plain str), so the typed path caches an "
+    "object from_json drops; jobs with uid '' then share one terminal-dedup entry. Fix: "
+    "Annotated[str, msgspec.Meta(min_length=1)] for name and uid in app/trainer/projections.py",
+)
 @FUZZ
-@given(S.trainjobs())
-def test_typed_path_admits_only_objects_the_tolerant_path_admits(obj: Any) -> None:
+@given(S.trainjobs(), S.runtimes())
+@example({"metadata": {"name": "torch-distributed", "namespace": "team-a", "uid": "", "resourceVersion": "0"}}, {})
+def test_typed_path_admits_only_objects_the_tolerant_path_admits(job: Any, runtime: Any) -> None:
     """An object without a name or uid cannot be tracked: the typed path must not cache it either."""
-    wire = S.typed(TRAINJOB_PROJECTOR, obj)
+    wire = S.typed(TRAINJOB_PROJECTOR, job)
     if wire is not None and wire.key:
-        assert TRAINJOB_PROJECTOR.from_json(obj) is not None
+        assert TRAINJOB_PROJECTOR.from_json(job) is not None
+    for p in (TRAINING_RUNTIME_PROJECTOR, CLUSTER_TRAINING_RUNTIME_PROJECTOR):
+        rt = S.typed(p, runtime)
+        if rt is not None and rt.key:
+            assert p.from_json(runtime) is not None
 
 
 @FUZZ

@@ -117,7 +117,9 @@ class InProcessService:
             assert self.generator is not None and self._gen_task is None
             before = self.generator.snapshot()
             self._gen_stop = asyncio.Event()
-            self._gen_task = asyncio.create_task(self.generator.run(rate, self._gen_stop), name="e2e generator")
+            self._gen_task = asyncio.create_task(
+                self.generator.run(rate, self._gen_stop), name="e2e generator"
+            )
             return before
 
         return self.call(go)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import shutil
 import socket
 import subprocess
@@ -179,7 +180,7 @@ class Prometheus:
     def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list[dict[str, Any]]:
         data = self._api(
             "/api/v1/query_range",
-            {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step}s"},
+            {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
         )
         assert data["resultType"] == "matrix", data
         return list(data["result"])
@@ -222,6 +223,20 @@ def finite(series_list: list[dict[str, Any]]) -> int:
         points = series["values"] if "values" in series else [series["value"]]
         count += sum(1 for _, v in points if math.isfinite(float(v)))
     return count
+
+
+def missing_grouping_labels(expr: str, series_list: list[dict[str, Any]]) -> set[str]:
+    """Labels named in a ``by (...)`` clause of ``expr`` (other than ``le``, which histogram_quantile
+    consumes) that no result series carries: a misspelt grouping label still "returns data" (one series
+    without labels), this catches it."""
+    named = {
+        label.strip()
+        for clause in re.findall(r"\bby\s*\(([^)]*)\)", expr)
+        for label in clause.split(",")
+        if label.strip()
+    }
+    present = {label for series in series_list for label in series["metric"]}
+    return named - {"le"} - present
 
 
 def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:

@@ -40,7 +40,9 @@ def parse_samples(text: str) -> Samples:
 
 def total(samples: Samples, name: str, **match: str) -> float:
     return sum(
-        v for (n, labels), v in samples.items() if n == name and all(dict(labels).get(k) == m for k, m in match.items())
+        v
+        for (n, labels), v in samples.items()
+        if n == name and all(dict(labels).get(k) == m for k, m in match.items())
     )
 
 
@@ -357,8 +359,11 @@ class ExporterSampler:
         self.samples: list[ExporterSample] = []
         self.violations: list[str] = []
         self.gap_allowed = False
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._closed: set[str] = set()
+        self._started = 0.0
+        self.duration = 0.0
+        self.atomic_checks = 0
 
     def allow_gap(self, allowed: bool) -> None:
         self.gap_allowed = allowed
@@ -390,11 +395,11 @@ class ExporterSampler:
             if not atomic and not (gap_allowed or self.gap_allowed):
                 self.violations.append(f"{sample.at:.3f}: no exporter outside a hand-over")
         if sample.stable:
-            for identity, (exporting, gauge) in http.items():
+            for identity, (exporting, leader_gauge) in http.items():
                 if exporting != (identity in after):
                     self.violations.append(f"{sample.at:.3f}: {identity} /metrics exporting={exporting}")
-                if gauge != (1.0 if identity in after else 0.0):
-                    self.violations.append(f"{sample.at:.3f}: {identity} trainer_metrics_leader {gauge}")
+                if leader_gauge != (1.0 if identity in after else 0.0):
+                    self.violations.append(f"{sample.at:.3f}: {identity} leader gauge {leader_gauge}")
             if sum(1 for exporting, _ in http.values() if exporting) > 1:
                 self.violations.append(f"{sample.at:.3f}: two /metrics with Trainer series: {http}")
 
@@ -403,17 +408,40 @@ class ExporterSampler:
             await self._round()
             await asyncio.sleep(self.interval)
 
+    async def _run_atomic(self) -> None:
+        # Between the (slower) scrape rounds: the exposition state of all replicas, every few ms.
+        while True:
+            atomic = self._atomic()
+            self.atomic_checks += 1
+            if len(atomic) > 1:
+                self.violations.append(f"{time.monotonic():.3f}: two exporters at one instant: {atomic}")
+            if not atomic and not self.gap_allowed:
+                self.violations.append(f"{time.monotonic():.3f}: no exporter outside a hand-over")
+            await asyncio.sleep(self.interval / 3)
+
     def start(self) -> ExporterSampler:
-        self._task = asyncio.create_task(self._run(), name="exporter sampler")
+        self.atomic_checks = 0
+        self._started = time.monotonic()
+        self._tasks = [
+            asyncio.create_task(self._run(), name="exporter sampler"),
+            asyncio.create_task(self._run_atomic(), name="exporter sampler (atomic)"),
+        ]
         return self
 
     async def stop(self) -> None:
-        if self._task is None:
-            return
-        self._task.cancel()
-        with suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+        for task in self._tasks:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        self.duration = time.monotonic() - self._started
+
+    def describe(self) -> str:
+        rounds = len(self.samples)
+        return (
+            f"{rounds} scrape rounds ({1000 * self.duration / max(rounds, 1):.0f} ms apart) and "
+            f"{self.atomic_checks} instant checks in {self.duration:.1f} s"
+        )
 
     def first_exporting(self, identity: str, after: float) -> float | None:
         """Monotonic time of the first sample after ``after`` in which ``identity`` exported."""

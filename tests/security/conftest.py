@@ -43,7 +43,9 @@ class StubView:
     def readiness_problems(self) -> list[str]:
         return []
 
-    async def render_metrics(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, dict[str, str]]:
+    async def render_metrics(
+        self, accept: str | None, accept_encoding: str | None
+    ) -> tuple[bytes, dict[str, str]]:
         return b"# HELP up ok\nup 1\n", {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
 
     def snapshot(self) -> SnapshotResponse:

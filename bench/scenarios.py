@@ -1,0 +1,521 @@
+"""The scenarios P1-P7 of issue #6. Each returns rows for the report (see bench/report.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import orjson
+
+from bench.common import PYTHON, Child, Figure, cpu_seconds, free_port, percentile, rss_bytes, wait_http
+
+TRAINJOBS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs"
+PROM_TEXT = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1", "Accept-Encoding": "gzip"}
+PROM_DEFAULT = {
+    # What Prometheus 2.x/3.x sends by default (scrape_protocols: OpenMetrics first).
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+
+
+@dataclass
+class Sizes:
+    quick: bool
+    reps: int
+    p1_events: int
+    p1_baseline_events: int
+    p1_jobs: int
+    p5_seconds: float
+    big_base: int  # generated jobs; x clone = the big cluster
+    big_clone: int
+    small_jobs: int
+    scrapes: int
+    idle_seconds: float
+    fresh_probes: int
+    fresh_rate: float
+
+    @classmethod
+    def make(cls, quick: bool) -> Sizes:
+        if quick:
+            return cls(True, 1, 8_000, 2_000, 500, 2.0, 200, 10, 200, 30, 2.0, 20, 200.0)
+        return cls(False, 5, 60_000, 15_000, 2_000, 8.0, 1_000, 100, 1_000, 300, 12.0, 200, 1000.0)
+
+
+@dataclass
+class Results:
+    figures: dict[str, Figure] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def fig(self, name: str) -> Figure:
+        return self.figures.setdefault(name, Figure())
+
+
+# --------------------------------------------------------------------------------------------- P1
+
+
+class _CountingHandler:
+    """Wraps the TrainerState's job handler: counts updates and stamps the first and the n-th."""
+
+    def __init__(self, inner: Any, target: int) -> None:
+        self.inner = inner
+        self.target = target
+        self.count = 0
+        self.first = 0.0
+        self.last = 0.0
+        self.done = asyncio.Event()
+
+    def on_added(self, obj: Any, initial: bool) -> None:
+        self.inner.on_added(obj, initial)
+
+    def on_updated(self, old: Any, new: Any) -> None:
+        self.inner.on_updated(old, new)
+        self.count += 1
+        if self.count == 1:
+            self.first = time.perf_counter()
+        elif self.count == self.target:
+            self.last = time.perf_counter()
+            self.done.set()
+
+    def on_deleted(self, last: Any) -> None:
+        self.inner.on_deleted(last)
+
+
+def _pipeline() -> tuple[Any, Any]:
+    """TrainerState → CountJournal (leading) → TrainerMetricState, wired as app/service.py does."""
+    from app.metrics.journal import CountJournal
+    from app.metrics.trainer_metrics import TrainerMetricState
+    from app.trainer.state import TrainerState
+
+    holder: dict[str, TrainerState] = {}
+    metric_state = TrainerMetricState(runtime_provider=lambda: holder["state"].runtime_info())  # noqa: PLW0108
+    journal = CountJournal(metric_state, journal_size=10_000)
+    state = holder["state"] = TrainerState(journal)
+    journal.start_leading(None)
+    return state, metric_state
+
+
+async def _informer_rate(kubeconfig: str, events: int) -> float:
+    from app.kube.client import KubeClient
+    from app.kube.informer import Informer
+    from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+    from app.trainer.projections import (
+        CLUSTER_TRAINING_RUNTIME_PROJECTOR,
+        TRAINING_RUNTIME_PROJECTOR,
+        TRAINJOB_PROJECTOR,
+    )
+
+    state, metric_state = _pipeline()
+    client = await KubeClient.connect(kubeconfig)
+    counting = _CountingHandler(state.job_handler, events)
+    informers = [
+        Informer(
+            client, CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, state.runtime_handler
+        ),
+        Informer(client, TRAINING_RUNTIMES, None, TRAINING_RUNTIME_PROJECTOR, state.runtime_handler),
+    ]
+    tasks = [asyncio.create_task(i.run()) for i in informers]
+    while not all(i.synced for i in informers):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    jobs = Informer(client, TRAINJOBS, None, TRAINJOB_PROJECTOR, counting)
+    gc.collect()
+    tasks.append(asyncio.create_task(jobs.run()))
+    try:
+        await asyncio.wait_for(counting.done.wait(), 120)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.close()
+    metric_state.render_text()  # the state really holds what it was fed
+    return (events - 1) / (counting.last - counting.first)
+
+
+async def _baseline_rate(kubeconfig: str, events: int) -> float:
+    """kubernetes-asyncio's Watch helper → projector.from_json → dict cache → the same TrainerState."""
+    from kubernetes_asyncio import client as k8s
+    from kubernetes_asyncio import config as k8s_config
+    from kubernetes_asyncio import watch
+
+    from app.trainer.projections import TRAINJOB_PROJECTOR
+
+    state, _ = _pipeline()
+    api_client = await k8s_config.new_client_from_config(config_file=kubeconfig)
+    api = k8s.CustomObjectsApi(api_client)
+    listing = await api.list_cluster_custom_object("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+    cache: dict[str, Any] = {}
+    for item in listing["items"]:
+        obj = TRAINJOB_PROJECTOR.from_json(item)
+        if obj is not None:
+            cache[obj.key] = obj
+            state.job_handler.on_added(obj, True)
+    count, first = 0, 0.0
+    w = watch.Watch()
+    async with w.stream(
+        api.list_cluster_custom_object,
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "trainjobs",
+        resource_version=listing["metadata"]["resourceVersion"],
+        timeout_seconds=600,
+    ) as stream:
+        async for event in stream:
+            new = TRAINJOB_PROJECTOR.from_json(event["raw_object"])
+            if new is None:
+                continue
+            old = cache.get(new.key)
+            cache[new.key] = new
+            if old is None:
+                state.job_handler.on_added(new, False)
+            else:
+                state.job_handler.on_updated(old, new)
+            count += 1
+            if count == 1:
+                first = time.perf_counter()
+            elif count == events:
+                break
+    last = time.perf_counter()
+    await api_client.close()
+    return (events - 1) / (last - first)
+
+
+async def _fetch_lines(url: str, events: int) -> list[bytes]:
+    async with aiohttp.ClientSession() as session, session.get(url + TRAINJOBS_PATH + "?watch=true") as resp:
+        body = b""
+        lines: list[bytes] = []
+        async for chunk in resp.content.iter_any():
+            body += chunk
+            if body.count(b"\n") >= events:
+                break
+    lines = body.split(b"\n")[:events]
+    return lines
+
+
+def _decode_rates(lines: list[bytes]) -> tuple[float, float]:
+    from app.kube.informer import WatchEvent
+    from app.trainer.projections import TrainJobWire
+
+    loads = orjson.loads
+    gc.collect()
+    t = time.perf_counter()
+    for line in lines:
+        loads(line)
+    orjson_rate = len(lines) / (time.perf_counter() - t)
+    decoder = msgspec.json.Decoder(WatchEvent[TrainJobWire])  # type: ignore[valid-type]
+    decode = decoder.decode
+    t = time.perf_counter()
+    for line in lines:
+        decode(line)
+    msgspec_rate = len(lines) / (time.perf_counter() - t)
+    return orjson_rate, msgspec_rate
+
+
+def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
+    kubeconfig = str(work / "replay.kubeconfig")
+    args = [
+        PYTHON,
+        "-m",
+        "bench.replay",
+        "--kubeconfig",
+        kubeconfig,
+        "--jobs",
+        str(sizes.p1_jobs),
+        "--events",
+        str(max(sizes.p1_events, sizes.p1_baseline_events) + 10),
+    ]
+    replay = Child(args, name="p1-replay", log_dir=work)
+    info = replay.wait_ready(120)
+    res.notes["p1_lines"] = {k: v for k, v in info.items() if k.startswith("line_bytes")}
+    try:
+        for _ in range(sizes.reps):
+            lines = asyncio.run(_fetch_lines(info["url"], sizes.p1_events))
+            orjson_rate, msgspec_rate = _decode_rates(lines)
+            del lines
+            informer = asyncio.run(_informer_rate(kubeconfig, sizes.p1_events))
+            baseline = asyncio.run(_baseline_rate(kubeconfig, sizes.p1_baseline_events))
+            res.fig("p1_informer_rate").add(informer)
+            res.fig("p1_orjson_rate").add(orjson_rate)
+            res.fig("p1_msgspec_rate").add(msgspec_rate)
+            res.fig("p1_baseline_rate").add(baseline)
+            res.fig("p1_vs_orjson").add(informer / orjson_rate)
+            res.fig("p1_vs_baseline").add(informer / baseline)
+    finally:
+        replay.stop()
+
+
+# --------------------------------------------------------------------------------------------- service
+
+
+def start_service(kubeconfig: str, work: Path, name: str, *, lag_probe: bool = False) -> tuple[Child, str]:
+    port = free_port()
+    args = [PYTHON, "-m", "bench.serviceproc", "--kubeconfig", kubeconfig, "--port", str(port)]
+    if lag_probe:
+        args.append("--lag-probe")
+    return Child(args, name=name, log_dir=work), f"http://127.0.0.1:{port}"
+
+
+async def _scrapes(base: str, n: int, headers: dict[str, str], interval: float = 0.0) -> list[float]:
+    out = []
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        for _ in range(3):  # warm the connection and the caches
+            async with session.get(base + "/metrics", headers=headers) as resp:
+                await resp.read()
+        for _ in range(n):
+            t = time.perf_counter()
+            async with session.get(base + "/metrics", headers=headers) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"/metrics answered {resp.status}")
+            out.append(time.perf_counter() - t)
+            if interval:
+                await asyncio.sleep(interval)
+    return out
+
+
+async def _body(base: str) -> bytes:
+    async with aiohttp.ClientSession() as session, session.get(base + "/metrics") as resp:
+        return await resp.read()
+
+
+def _series(body: bytes) -> set[bytes]:
+    return {line.rsplit(b" ", 1)[0] for line in body.splitlines() if line.startswith(b"kubeflow_trainer_")}
+
+
+async def _fetch_and_decode(url: str, page: int) -> float:
+    t = time.perf_counter()
+    query = f"?limit={page}"
+    async with aiohttp.ClientSession() as session:
+        while True:
+            async with session.get(url + TRAINJOBS_PATH + query) as resp:
+                doc = orjson.loads(await resp.read())
+            token = doc["metadata"].get("continue")
+            if not token:
+                break
+            query = f"?limit={page}&continue={token}"
+    return time.perf_counter() - t
+
+
+def start_sim(work: Path, name: str, jobs: int, clone: int) -> Child:
+    kubeconfig = str(work / f"{name}.kubeconfig")
+    args = [
+        PYTHON,
+        "-m",
+        "bench.simproc",
+        "--kubeconfig",
+        kubeconfig,
+        "--jobs",
+        str(jobs),
+        "--clone",
+        str(clone),
+    ]
+    return Child(args, name=name, log_dir=work)
+
+
+def _ready_service(kubeconfig: str, work: Path, name: str, **kw: Any) -> tuple[Child, str, float]:
+    """Start the service; returns it, its URL and seconds from process start to /readyz 200."""
+    service, base = start_service(kubeconfig, work, name, **kw)
+    try:
+        ready_at = asyncio.run(wait_http(base + "/readyz", 300, interval=0.005))
+    except Exception:
+        service.stop()
+        raise RuntimeError(
+            f"{name} never ready:\n" + service.log_path.read_text(errors="replace")[-3000:]
+        ) from None
+    service.wait_ready(5)  # collect its ready line (shim flag)
+    return service, base, ready_at - service.started
+
+
+def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
+    """P2, P3, P4, P6 and P7: the service process against simulated clusters of 0, 1k and 100k jobs."""
+    settle = 1.0 if sizes.quick else 3.0
+    # 0 TrainJobs (runtimes only): the RSS baseline of P3.
+    sim0 = start_sim(work, "sim-0", 0, 1)
+    info0 = sim0.wait_ready(120)
+    try:
+        for rep in range(sizes.reps):
+            service, _, _ = _ready_service(info0["kubeconfig"], work, f"svc-0-{rep}")
+            time.sleep(settle)
+            res.fig("p3_rss_zero").add(rss_bytes(service.pid))
+            res.notes["shim"] = service.info.get("shim")
+            service.stop()
+    finally:
+        sim0.stop()
+
+    # The small cluster: P4's denominator, then P6 with background load.
+    sim1 = start_sim(work, "sim-small", sizes.small_jobs, 1)
+    info1 = sim1.wait_ready(120)
+    res.notes["small_cluster"] = info1
+    small_series: set[bytes] = set()
+    try:
+        for rep in range(sizes.reps):
+            service, base, _ = _ready_service(info1["kubeconfig"], work, f"svc-small-{rep}")
+            time.sleep(settle)
+            small_series = _series(asyncio.run(_body(base)))
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_TEXT))
+            res.fig("p4_small_p50").add(percentile(lat, 50))
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_DEFAULT))
+            res.fig("p4_small_om_p50").add(percentile(lat, 50))
+            service.stop()
+        p6_freshness(sizes, work, res, info1)
+    finally:
+        sim1.stop()
+
+    simb = start_sim(work, "sim-big", sizes.big_base, sizes.big_clone)
+    infob = simb.wait_ready(600)
+    res.notes["big_cluster"] = infob
+    jobs = infob["trainjobs"]
+    try:
+        for rep in range(sizes.reps):
+            baseline = asyncio.run(_fetch_and_decode(infob["url"], 500))
+            service, base, startup = _ready_service(infob["kubeconfig"], work, f"svc-big-{rep}")
+            res.fig("p2_ready_seconds").add(startup)
+            res.fig("p2_fetch_decode_seconds").add(baseline)
+            res.fig("p2_ratio").add(startup / baseline)
+            time.sleep(settle)
+            rss = rss_bytes(service.pid)
+            res.fig("p3_rss_big").add(rss)
+            zero = res.fig("p3_rss_zero").median
+            res.fig("p3_bytes_per_job").add((rss - zero) / jobs)
+            body = asyncio.run(_body(base))
+            big_series = _series(body)
+            res.notes["p4_same_label_sets"] = big_series == small_series if small_series else None
+            res.notes["p4_series"] = len(big_series)
+            res.notes["p4_body_bytes"] = len(body)
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_TEXT))
+            res.fig("p4_p50").add(percentile(lat, 50))
+            res.fig("p4_p99").add(percentile(lat, 99))
+            res.fig("p4_ratio").add(percentile(lat, 50) / res.fig("p4_small_p50").median)
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_DEFAULT))
+            res.fig("p4_om_p50").add(percentile(lat, 50))
+            res.fig("p4_om_p99").add(percentile(lat, 99))
+            res.fig("p4_om_ratio").add(percentile(lat, 50) / res.fig("p4_small_om_p50").median)
+            time.sleep(settle)
+            c0, t0 = cpu_seconds(service.pid), time.monotonic()
+            time.sleep(sizes.idle_seconds)
+            c1, t1 = cpu_seconds(service.pid), time.monotonic()
+            res.fig("p7_idle_cpu_percent").add((c1 - c0) / (t1 - t0) * 100.0)
+            service.stop()
+    finally:
+        simb.stop()
+
+
+# --------------------------------------------------------------------------------------------- P5
+
+
+async def _scrape_under_load(base: str, seconds: float, replay_url: str) -> dict[str, float]:
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        async with session.get(base + "/bench/lag?reset=1") as resp:
+            await resp.read()
+        await asyncio.sleep(0.5)
+        async with session.get(base + "/bench/lag?reset=1") as resp:
+            await resp.read()
+        async with session.get(replay_url + "/bench/stats") as resp:
+            sent0 = (await resp.json())["sent"]
+        latencies = []
+        t_end = time.monotonic() + seconds
+        t0 = time.monotonic()
+        while time.monotonic() < t_end:
+            t = time.perf_counter()
+            async with session.get(base + "/metrics", headers=PROM_TEXT) as resp:
+                await resp.read()
+            latencies.append(time.perf_counter() - t)
+            await asyncio.sleep(max(0.0, 0.1 - (time.perf_counter() - t)))
+        elapsed = time.monotonic() - t0
+        async with session.get(base + "/bench/lag") as resp:
+            lag = await resp.json()
+        async with session.get(replay_url + "/bench/stats") as resp:
+            sent1 = (await resp.json())["sent"]
+    return {
+        "max_lag": lag["max_lag"],
+        "over_5ms": lag["over_5ms"],
+        "samples": lag["samples"],
+        "scrape_p50": percentile(latencies, 50),
+        "scrape_p99": percentile(latencies, 99),
+        "scrapes_per_s": len(latencies) / elapsed,
+        "events_per_s": (sent1 - sent0) / elapsed,
+    }
+
+
+def p5_stall(sizes: Sizes, work: Path, res: Results) -> None:
+    kubeconfig = str(work / "replay5.kubeconfig")
+    args = [
+        PYTHON,
+        "-m",
+        "bench.replay",
+        "--kubeconfig",
+        kubeconfig,
+        "--jobs",
+        str(sizes.p1_jobs),
+        "--forever",
+    ]
+    replay = Child(args, name="p5-replay", log_dir=work)
+    info = replay.wait_ready(120)
+    try:
+        for rep in range(sizes.reps):
+            service, base, _ = _ready_service(kubeconfig, work, f"svc-p5-{rep}", lag_probe=True)
+            try:
+                out = asyncio.run(_scrape_under_load(base, sizes.p5_seconds, info["url"]))
+            finally:
+                service.stop()
+            res.fig("p5_max_stall_ms").add(out["max_lag"] * 1000)
+            res.fig("p5_stalls_over_5ms").add(out["over_5ms"])
+            res.fig("p5_scrape_p99_ms").add(out["scrape_p99"] * 1000)
+            res.fig("p5_events_per_s").add(out["events_per_s"])
+            res.fig("p5_scrapes_per_s").add(out["scrapes_per_s"])
+    finally:
+        replay.stop()
+
+
+# --------------------------------------------------------------------------------------------- P6
+
+_PROBE_LINE = re.compile(
+    rb'kubeflow_trainer_trainjobs\{namespace="bench-probe",runtime_ref="[^"]*",state="(\w+)"\} 1'
+)
+
+
+async def _freshness(sim_url: str, base: str, probes: int, rate: float) -> list[float]:
+    out = []
+    async with aiohttp.ClientSession() as session:
+        async with session.post(sim_url + f"/bench/rate?rate={rate}") as resp:
+            await resp.read()
+        await asyncio.sleep(1.0)
+        try:
+            for _ in range(probes):
+                async with session.post(sim_url + "/bench/probe") as resp:
+                    probe = await resp.json()
+                want = probe["state"].encode()
+                deadline = time.monotonic() + 10
+                while True:
+                    async with session.get(base + "/metrics") as resp:
+                        body = await resp.read()
+                    seen = time.monotonic()
+                    match = _PROBE_LINE.search(body)
+                    if match is not None and match.group(1) == want:
+                        out.append(seen - probe["t"])
+                        break
+                    if seen > deadline:
+                        raise RuntimeError("probe write never became visible")
+                    await asyncio.sleep(0.001)
+                await asyncio.sleep(0.02)
+        finally:
+            async with session.post(sim_url + "/bench/rate?rate=0") as resp:
+                await resp.read()
+    return out
+
+
+def p6_freshness(sizes: Sizes, work: Path, res: Results, sim_info: dict[str, Any]) -> None:
+    for rep in range(sizes.reps):
+        service, base, _ = _ready_service(sim_info["kubeconfig"], work, f"svc-p6-{rep}")
+        try:
+            lat = asyncio.run(_freshness(sim_info["url"], base, sizes.fresh_probes, sizes.fresh_rate))
+        finally:
+            service.stop()
+        res.fig("p6_p50_ms").add(percentile(lat, 50) * 1000)
+        res.fig("p6_p99_ms").add(percentile(lat, 99) * 1000)

@@ -1,0 +1,112 @@
+"""The service under test, as ``trainer-metrics`` would run it, plus bench-only instrumentation.
+
+``python -m bench.serviceproc --kubeconfig K --port P [--lag-probe]`` does what ``app.cli.main`` does
+(load_settings → create_app → uvicorn) with ``--no-leader-election``; with ``--lag-probe`` it also runs an
+event-loop lag probe (a task sleeping 1 ms and recording how late it wakes) and serves its reading at
+``GET /bench/lag`` (``?reset=1`` clears it). Nothing else differs from the real entry point.
+
+If ``app.metrics.exposition`` does not (yet) export the ``Exposition`` class that ``app/service.py``
+imports, a thin adapter over ``MetricsExposition`` is installed first and the ready line says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import uvicorn
+
+
+def _install_exposition_shim() -> bool:
+    from app.metrics import exposition
+
+    if hasattr(exposition, "Exposition"):
+        return False
+    base: Any = exposition.MetricsExposition
+
+    class Exposition(base):  # type: ignore[misc, valid-type]
+        def render(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, dict[str, str]]:
+            response = self.build_metrics_response(accept, accept_encoding)
+            return response.body, response.headers
+
+    exposition.Exposition = Exposition  # type: ignore[attr-defined]
+    return True
+
+
+class LagProbe:
+    """Samples event-loop lag: sleep(interval) and measure the oversleep."""
+
+    def __init__(self, interval: float = 0.001) -> None:
+        self.interval = interval
+        self.max_lag = 0.0
+        self.samples = 0
+        self.over_5ms = 0
+        self.task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.interval)
+            lag = loop.time() - before - self.interval
+            self.samples += 1
+            self.max_lag = max(self.max_lag, lag)
+            if lag > 0.005:
+                self.over_5ms += 1
+
+    def reading(self, reset: bool) -> dict[str, float]:
+        out = {"max_lag": self.max_lag, "samples": self.samples, "over_5ms": self.over_5ms}
+        if reset:
+            self.max_lag, self.samples, self.over_5ms = 0.0, 0, 0
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.serviceproc")
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--lag-probe", action="store_true")
+    p.add_argument("--log-level", default="WARNING")
+    args = p.parse_args(argv)
+    t0 = time.monotonic()
+    shim = _install_exposition_shim()
+
+    from fastapi.responses import JSONResponse
+
+    from app.config import load_settings
+    from app.logging_setup import configure_logging
+    from app.main import create_app
+
+    settings = load_settings(
+        kubeconfig=args.kubeconfig,
+        port=args.port,
+        host="127.0.0.1",
+        leader_election=False,
+        log_level=args.log_level,
+    )
+    configure_logging(settings.log_level, settings.log_format)
+    app = create_app(settings)
+    probe = LagProbe()
+
+    if args.lag_probe:
+
+        @app.get("/bench/lag", include_in_schema=False)
+        async def lag(reset: str = "") -> JSONResponse:
+            if probe.task is None:
+                probe.task = asyncio.create_task(probe.run())
+            return JSONResponse(probe.reading(reset == "1"))
+
+    sys.stdout.write(
+        json.dumps({"ready": True, "shim": shim, "import_seconds": time.monotonic() - t0}) + "\n"
+    )
+    sys.stdout.flush()
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_config=None, access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

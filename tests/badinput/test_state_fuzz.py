@@ -1,0 +1,221 @@
+"""Property: TrainerState fed adversarial projections never raises, emits only bounded labels and
+non-negative finite numbers, stays consistent (the gauge is empty once every job is deleted), and logs
+a malformed TrainJob at most once per uid (product.md §3, §6 invariant 6)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.trainer import rules
+from app.trainer.events import CountableEvent, GaugeKey, JobCreated, JobFinished
+from app.trainer.projections import (
+    CLUSTER_TRAINING_RUNTIME_PROJECTOR,
+    TRAINING_RUNTIME_PROJECTOR,
+    TRAINJOB_PROJECTOR,
+    TrainJobProjection,
+)
+from app.trainer.state import TrainerState
+from tests.badinput import strategies as S
+
+FUZZ = settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.events: list[CountableEvent] = []
+        self.gauge: dict[GaugeKey, int] = {}
+        self.gauge_values: list[int] = []
+
+    def on_countable(self, event: CountableEvent) -> None:
+        self.events.append(event)
+
+    def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
+        check_gauge_key(key)
+        self.gauge_values.append(value)
+        if value:
+            self.gauge[key] = value
+        else:
+            self.gauge.pop(key, None)
+
+    def on_runtimes_changed(self) -> None:
+        pass
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def check_gauge_key(key: GaugeKey) -> None:
+    _, ref, state = key
+    assert state in rules.JOB_STATES, state
+    assert S.runtime_ref_lenient_ok(ref), ref[:200]
+
+
+def check_event(e: CountableEvent) -> None:
+    assert S.runtime_ref_lenient_ok(e.runtime_ref), e.runtime_ref[:200]
+    assert isinstance(e.rv, int) and e.rv >= 0
+    if isinstance(e, JobCreated):
+        assert S.accelerator_class_length_ok(e.accelerator_class), e.accelerator_class[:200]
+        assert isinstance(e.requested_nodes, int) and 0 <= e.requested_nodes <= rules.MAX_NUM_NODES
+        assert isinstance(e.requested_accelerators, int) and e.requested_accelerators >= 0
+        assert e.accelerator_class != rules.NONE or e.requested_accelerators == 0
+    else:
+        assert isinstance(e, JobFinished)
+        assert e.result in rules.RESULTS
+        assert e.reason in rules.REASONS
+        assert S.finite_nonneg(e.lifetime_seconds)
+
+
+def with_key(doc: Any, name: str, namespace: str, uid: str) -> Any:
+    return S.valid_metadata(doc, name, uid, namespace)
+
+
+job_docs = st.lists(st.tuples(S.trainjobs(), S.trainjobs(), st.booleans(), st.booleans()), min_size=1, max_size=4)
+runtime_docs = st.lists(
+    st.tuples(S.runtimes(), st.sampled_from([TRAINING_RUNTIME_PROJECTOR, CLUSTER_TRAINING_RUNTIME_PROJECTOR])),
+    max_size=3,
+)
+
+
+@FUZZ
+@given(
+    jobs=job_docs,
+    runtimes=runtime_docs,
+    max_unknown=st.integers(0, 2),
+    wait=st.sampled_from([0.0, 5.0]),
+    runtimes_first=st.booleans(),
+)
+def test_state_survives_adversarial_jobs_and_runtimes(
+    jobs: list[tuple[Any, Any, bool, bool]],
+    runtimes: list[tuple[Any, Any]],
+    max_unknown: int,
+    wait: float,
+    runtimes_first: bool,
+) -> None:
+    sink, clock, hits = RecordingSink(), Clock(), []
+    state = TrainerState(
+        sink, max_unknown_runtime_refs=max_unknown, runtime_wait_seconds=wait, clock=clock, on_limit=hits.append
+    )
+    log = logging.getLogger("app.trainer.state")
+    records = Records()
+    log.addHandler(records)
+    try:
+        rts = [p for doc, proj in runtimes if (p := S.informer_projection(proj, doc)) is not None]
+        seen_keys: dict[tuple[str, str, str], Any] = {}
+        for r in rts:
+            S.check_runtime_projection(r)
+        # Each job: added (initial or not), updated to another adversarial object with the same key
+        # (same uid or a new one), then deleted. Jobs keep their key, as an informer guarantees.
+        live: list[TrainJobProjection] = []
+        if runtimes_first:
+            for r in rts:
+                old = seen_keys.get((r.kind, r.namespace, r.name))
+                if old is None:
+                    state.runtime_handler.on_added(r, False)
+                else:
+                    state.runtime_handler.on_updated(old, r)
+                seen_keys[(r.kind, r.namespace, r.name)] = r
+        for i, (a, b, initial, same_uid) in enumerate(jobs):
+            name, ns, uid = f"job-{i}", "team-a" if i % 2 else "team-b", f"uid-{i}"
+            first = S.informer_projection(TRAINJOB_PROJECTOR, with_key(a, name, ns, uid))
+            assert first is not None
+            S.check_job_projection(first)
+            state.job_handler.on_added(first, initial)
+            live.append(first)
+        for i, (_a, b, _initial, same_uid) in enumerate(jobs):
+            old = live[i]
+            ns = old.namespace
+            second = S.informer_projection(
+                TRAINJOB_PROJECTOR, with_key(b, f"job-{i}", ns, old.uid if same_uid else f"uid-{i}-b")
+            )
+            assert second is not None
+            S.check_job_projection(second)
+            if second.resource_version == old.resource_version:
+                second = TrainJobProjection(**{**_fields(second), "resource_version": old.resource_version + "1"})
+            state.job_handler.on_updated(old, second)
+            live[i] = second
+        if not runtimes_first:
+            for r in rts:
+                old = seen_keys.get((r.kind, r.namespace, r.name))
+                if old is None:
+                    state.runtime_handler.on_added(r, False)
+                else:
+                    state.runtime_handler.on_updated(old, r)
+                seen_keys[(r.kind, r.namespace, r.name)] = r
+        clock.now += 10
+        state.flush_pending()
+        for job in live:
+            state.job_handler.on_deleted(job)
+        for r in seen_keys.values():
+            state.runtime_handler.on_deleted(r)
+        state.flush_pending(math.inf)
+    finally:
+        log.removeHandler(records)
+
+    for e in sink.events:
+        check_event(e)
+    assert all(v >= 0 for v in sink.gauge_values)
+    # consistency: every job was deleted, so no series is left and nothing is pending or admitted
+    assert sink.gauge == {}
+    assert state.jobs_gauge() == {}
+    assert state.pending_count == 0
+    assert state.unknown_runtime_refs == 0
+    assert state.terminal_count == 0
+    # each uid created at most once and finished at most once
+    created = [e.uid for e in sink.events if isinstance(e, JobCreated)]
+    finished = [e.uid for e in sink.events if isinstance(e, JobFinished)]
+    assert len(created) == len(set(created))
+    assert len(finished) == len(set(finished))
+    # logged once: at most one WARNING per uid over add + update (a delete forgets it, by design)
+    per_uid: dict[str, int] = {}
+    for rec in records.records:
+        args = rec.args if isinstance(rec.args, tuple) else ()
+        if len(args) >= 2:
+            per_uid[str(args[1])] = per_uid.get(str(args[1]), 0) + 1
+    assert all(n <= 1 for n in per_uid.values()), per_uid
+    assert set(hits) <= {"unknown_runtime_refs"}
+
+
+def _fields(p: TrainJobProjection) -> dict[str, Any]:
+    return {f: getattr(p, f) for f in p.__struct_fields__}
+
+
+@FUZZ
+@given(doc=S.trainjobs())
+def test_same_malformed_object_twice_is_logged_at_most_once(doc: Any) -> None:
+    """The same malformed object (same uid) seen twice, even at a new resourceVersion: one warning."""
+    obj = S.valid_metadata(doc, "j", "u-1", None)
+    first = S.informer_projection(TRAINJOB_PROJECTOR, obj)
+    assert first is not None
+    again = TrainJobProjection(**{**_fields(first), "resource_version": first.resource_version + "9"})
+    state = TrainerState(RecordingSink(), runtime_wait_seconds=0)
+    log = logging.getLogger("app.trainer.state")
+    records = Records()
+    log.addHandler(records)
+    try:
+        state.job_handler.on_added(first, False)
+        state.job_handler.on_updated(first, again)
+        state.job_handler.on_updated(again, again)
+    finally:
+        log.removeHandler(records)
+    assert len(records.records) == (1 if first.malformed else 0)

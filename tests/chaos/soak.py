@@ -1,0 +1,871 @@
+"""Chaos soak: three replicas against one simulated cluster under random faults, checked against the truth.
+
+Run it long: ``.venv/bin/python -m tests.chaos.soak --minutes 10`` (prints a table, writes JSON with
+``--json``); the CI version is ``tests/chaos/test_soak.py`` (about 90 s of faults).
+
+What happens (all in one process, one event loop):
+
+* a ``SimulatedCluster`` and a ``WorkloadGenerator`` that keeps a bounded population (``max_jobs``) and runs
+  TrainJob lifecycles (create, suspend/admit, run, finish, duplicate terminal writes, delete) at ``rate``
+  steps per second, with an independent ground truth of what the metrics should say;
+* three ``Service`` replicas (each with its own ``KubeClient``, leader election on) started through the
+  integration harness;
+* every few seconds one fault episode, in shuffled rounds so that every kind occurs: stalled watch streams
+  (no bytes, no close; longer than the inactivity timeout), resets mid-chunk (open streams and the next
+  ones), 410 Expired by compaction, 429 with Retry-After, 500/503/504, a full API-server restart that
+  loses watch history, a leader killed without release (``Service.kill()``; a fresh replica with a new
+  identity replaces it once a survivor has taken over), a graceful leader restart (stop, then start);
+* at the end the generator stops, the faults are cleared and everything settles; then the report says
+  what the leaders counted over all their terms against the truth, the final leader's gauge against the
+  true current state, whether anything crashed or logged an error, RSS growth, and readiness during stalls.
+
+Counting over terms: each replica's ``_start_exporting`` / ``_stop_exporting`` is wrapped to record its
+Trainer counter values when a term starts and ends (for a killed leader: at kill time). The sum of
+(end - start) over terms is what the leaders exported. The documented bound (app/metrics/journal.py):
+a graceful hand-over is exact; after a kill (or a lost Lease whose release failed), the events the old
+leader counted above the watermark it had last published may be counted again by the next leader (at
+most one renew period of events), nothing is lost. For every term that ends, the events it counted above
+the Lease's published watermark are recorded; the next term's floor (the watermark it starts from) says
+which of them may be counted again: that is the per-series allowance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.kube.resources import LEASES, TRAINJOBS
+from app.metrics.journal import CountJournal
+from app.service import WATERMARK_ANNOTATION, Service
+from app.sim.cluster import SimulatedCluster
+from app.sim.generator import WorkloadGenerator
+from app.sim.store import StoreError
+from app.trainer.events import JobCreated, JobFinished
+from tests.integration.harness import Replica, parse_samples, replica
+
+log = logging.getLogger("soak")
+
+CREATED = "kubeflow_trainer_trainjob_created_total"
+FINISHED = "kubeflow_trainer_trainjob_finished_total"
+LIFETIME_COUNT = "kubeflow_trainer_trainjob_lifetime_seconds_count"
+NODES_COUNT = "kubeflow_trainer_trainjob_requested_training_nodes_per_job_count"
+ACCEL_COUNT = "kubeflow_trainer_trainjob_requested_accelerators_count"
+JOBS = "kubeflow_trainer_trainjobs"
+LEASE_NAME = "trainer-metrics"
+LEASE_NS = "default"
+
+# Per counter: the label names that make a key, and which truth table the key is checked against.
+COUNTERS: dict[str, tuple[tuple[str, ...], str]] = {
+    CREATED: (("namespace", "runtime_ref"), "created"),
+    FINISHED: (("result", "reason", "runtime_ref"), "finished"),
+    LIFETIME_COUNT: (("result", "runtime_ref"), "finished_by_result"),
+    NODES_COUNT: (("runtime_ref",), "created_by_ref"),
+}
+# Summed over accelerator_class, keyed by runtime_ref (every created job is observed once).
+ACCEL_KEY = ("runtime_ref",)
+
+FAULT_KINDS = (
+    "stall_watches",
+    "reset_watches",
+    "reset_next_watches",
+    "compact_410",
+    "throttle_429",
+    "error_500",
+    "error_503",
+    "error_504",
+    "apiserver_restart",
+    "leader_kill",
+    "leader_graceful_restart",
+)
+
+
+@dataclass
+class SoakConfig:
+    fault_seconds: float = 90.0
+    seed: int = 20240611
+    rate: float = 120.0  # generator steps per second
+    max_jobs: int = 250
+    namespaces: int = 4
+    replicas: int = 3
+    fault_gap: tuple[float, float] = (1.0, 3.0)  # seconds between fault episodes
+    inactivity_timeout: float = 2.0
+    stall_extra: tuple[float, float] = (1.5, 3.0)  # a stall lasts inactivity_timeout + this
+    warmup_seconds: float = 25.0
+    settle_timeout: float = 60.0
+    journal_size: int = 2000  # fills during warm-up, so it does not show up as RSS growth
+    history_window: int = 4000
+    sample_interval: float = 0.1  # /readyz sampling
+    # Start a killed leader's replacement only once a survivor leads (False: at once, racing the takeover).
+    replace_after_takeover: bool = True
+    service_overrides: dict[str, Any] = field(
+        default_factory=lambda: {
+            "lease_duration_seconds": 3.0,
+            "renew_deadline_seconds": 2.0,
+            "retry_period_seconds": 0.4,
+            "watch_timeout_min_seconds": 20,
+            "watch_timeout_max_seconds": 40,
+        }
+    )
+
+
+# --- recording -------------------------------------------------------------------------------------
+
+Values = dict[str, dict[tuple[str, ...], float]]
+
+
+def counter_values(service: Service) -> Values:
+    """The replica's Trainer counters now, straight from its metric state (leading or not)."""
+    samples = parse_samples(service.metric_state.render_text().decode())
+    out: Values = {name: {} for name in (*COUNTERS, ACCEL_COUNT)}
+    for (name, labels), value in samples.items():
+        if name in COUNTERS or name == ACCEL_COUNT:
+            keys = COUNTERS[name][0] if name in COUNTERS else ACCEL_KEY
+            d = dict(labels)
+            key = tuple(d.get(k, "") for k in keys)
+            out[name][key] = out[name].get(key, 0.0) + value
+    return out
+
+
+def _sub(a: Values, b: Values) -> Values:
+    out: Values = {}
+    for name in a.keys() | b.keys():
+        keys = a.get(name, {}).keys() | b.get(name, {}).keys()
+        out[name] = {k: a.get(name, {}).get(k, 0.0) - b.get(name, {}).get(k, 0.0) for k in keys}
+    return out
+
+
+def _add_into(acc: Values, v: Values) -> None:
+    for name, series in v.items():
+        dst = acc.setdefault(name, {})
+        for k, x in series.items():
+            dst[k] = dst.get(k, 0.0) + x
+
+
+def published_watermark(sim: SimulatedCluster) -> int | None:
+    try:
+        lease = sim.store.get(LEASES, LEASE_NS, LEASE_NAME)
+    except StoreError:
+        return None
+    raw = (lease.get("metadata") or {}).get("annotations", {}).get(WATERMARK_ANNOTATION)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _event_keys(event: JobCreated | JobFinished) -> list[tuple[str, tuple[str, ...]]]:
+    """The counter series one countable event increments."""
+    if isinstance(event, JobCreated):
+        return [
+            (CREATED, (event.namespace, event.runtime_ref)),
+            (NODES_COUNT, (event.runtime_ref,)),
+            (ACCEL_COUNT, (event.runtime_ref,)),
+        ]
+    return [
+        (FINISHED, (event.result, event.reason, event.runtime_ref)),
+        (LIFETIME_COUNT, (event.result, event.runtime_ref)),
+    ]
+
+
+@dataclass
+class Term:
+    identity: str
+    started: float
+    floor: int | None
+    start_values: Values
+    stopped: float | None = None
+    stop_values: Values | None = None
+    final_watermark: int | None = None
+    published_at_stop: int | None = None
+    how: str = "open"  # open, stopped (lost or released), killed, graceful
+    # (rv, series) of events this term counted above the watermark published when it ended.
+    at_risk: list[tuple[int, list[tuple[str, tuple[str, ...]]]]] = field(default_factory=list)
+
+
+class Recorder:
+    """Wraps each replica's leadership hooks and keeps the terms, in order."""
+
+    def __init__(self, sim: SimulatedCluster, t0: float) -> None:
+        self.sim = sim
+        self.t0 = t0
+        self.terms: list[Term] = []
+        self.open: dict[str, Term] = {}
+        self.pending_how: dict[str, str] = {}
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.t0, 3)
+
+    def attach(self, service: Service) -> None:
+        identity = service.settings.identity
+        orig_start, orig_stop = service._start_exporting, service._stop_exporting
+
+        def start(previous: Any) -> None:
+            floor = None
+            if previous is not None:
+                raw = previous.annotations.get(WATERMARK_ANNOTATION)
+                floor = int(raw) if raw is not None and raw.isdigit() else None
+            before = counter_values(service)
+            orig_start(previous)
+            term = Term(identity, self.now(), floor, before)
+            self.open[identity] = term
+            self.terms.append(term)
+
+        def stop() -> None:
+            orig_stop()
+            term = self.open.pop(identity, None)
+            if term is None:
+                return
+            term.stopped = self.now()
+            term.stop_values = counter_values(service)
+            term.final_watermark = service.journal.watermark
+            term.published_at_stop = published_watermark(self.sim)
+            term.how = self.pending_how.pop(identity, "stopped")
+            floor = term.published_at_stop or 0
+            journal: CountJournal = service.journal
+            term.at_risk = [
+                (e.event.rv, _event_keys(e.event))
+                for e in journal._journal
+                if e.counted and e.event.rv > floor
+            ]
+
+        service._start_exporting = start  # type: ignore[method-assign]
+        service._stop_exporting = stop  # type: ignore[method-assign]
+
+    def close_open_terms(self, services: dict[str, Service]) -> None:
+        """The open term (the final leader) is read now, as if it ended here."""
+        for identity, term in self.open.items():
+            term.stop_values = counter_values(services[identity])
+            term.stopped = self.now()
+            term.final_watermark = services[identity].journal.watermark
+
+
+class ErrorLog(logging.Handler):
+    """Captures ERROR records and tasks that ended unexpectedly (any logger)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = f"{record.name}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" [{type(record.exc_info[1]).__name__}: {record.exc_info[1]}]"
+        self.records.append(text[:500])
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Live:
+    replica: Replica
+    stack: contextlib.AsyncExitStack
+    started: float
+
+
+class Soak:
+    def __init__(self, cfg: SoakConfig, workdir: Path) -> None:
+        self.cfg = cfg
+        self.workdir = workdir
+        self.rng = random.Random(cfg.seed)
+        self.live: dict[str, Live] = {}
+        self.replica_seq = 0
+        self.injected: Counter[str] = Counter()
+        self.episodes: list[dict[str, Any]] = []
+        self.stalls: list[tuple[float, float, str | None]] = []  # (start, end, resource) in soak time
+        self.readiness: list[tuple[float, str, int, str]] = []  # (t, identity, status, body)
+        self.liveness: dict[str, list[str]] = {}
+        self.dead_tasks: list[str] = []
+        self.loop_errors: list[str] = []
+        self.rss: list[tuple[float, int]] = []
+        self.t0 = time.monotonic()
+        self.problems: list[str] = []  # things that went wrong in the harness itself
+
+    def t(self) -> float:
+        return round(time.monotonic() - self.t0, 3)
+
+    # -- replicas --
+
+    async def start_replica(self, identity: str | None = None) -> str:
+        if identity is None:
+            self.replica_seq += 1
+            identity = f"replica-{self.replica_seq}"
+        stack = contextlib.AsyncExitStack()
+        overrides = {
+            **self.cfg.service_overrides,
+            "watch_inactivity_timeout_seconds": self.cfg.inactivity_timeout,
+            "handover_journal_size": self.cfg.journal_size,
+            "lease_name": LEASE_NAME,
+        }
+        r = await stack.enter_async_context(replica(self.kubeconfig, identity, **overrides))
+        self.recorder.attach(r.service)
+        self.live[identity] = Live(r, stack, self.t())
+        return identity
+
+    def _check_replica(self, identity: str) -> None:
+        svc = self.live[identity].replica.service
+        problems = svc.liveness_problems()
+        if problems:
+            self.liveness[identity] = problems
+        for task in svc._tasks:
+            if task.done():
+                self.dead_tasks.append(f"{identity}: {task.get_name()}")
+
+    async def stop_replica(self, identity: str, *, kill: bool) -> None:
+        self._check_replica(identity)
+        entry = self.live.pop(identity)
+        self.recorder.pending_how[identity] = "killed" if kill else "graceful"
+        if kill:
+            await entry.replica.service.kill()
+        await entry.stack.aclose()
+        self.recorder.pending_how.pop(identity, None)
+
+    def leader(self) -> str | None:
+        leaders = [i for i, e in self.live.items() if e.replica.service.journal.leading]
+        return leaders[0] if len(leaders) == 1 else None
+
+    async def wait_for(self, check: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return True
+            await asyncio.sleep(0.05)
+        return check()
+
+    def all_ready(self) -> bool:
+        return all(not e.replica.service.readiness_problems() for e in self.live.values())
+
+    # -- background samplers --
+
+    async def sample_readiness(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for identity, entry in list(self.live.items()):
+                try:
+                    resp = await entry.replica.http.get("/readyz")
+                    self.readiness.append((self.t(), identity, resp.status_code, resp.text[:300]))
+                except Exception as exc:  # a replica stopping under us
+                    if identity in self.live:
+                        self.problems.append(f"/readyz of {identity} failed: {exc!r}")
+            await asyncio.sleep(self.cfg.sample_interval)
+
+    async def sample_rss(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.rss.append((self.t(), rss_bytes()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    async def prune_truth(self, stop: asyncio.Event) -> None:
+        """The truth keeps a record per TrainJob ever created (for tests that diff snapshots); drop those of
+        deleted jobs so the process's RSS measures the service, not the test oracle."""
+        truth = self.gen.truth
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 2.0)
+            live = self.gen.jobs
+            for table in (truth.requests, truth.terminal):
+                for uid in [u for u in table if u not in live]:
+                    del table[uid]
+
+    # -- faults --
+
+    async def episode(self, kind: str) -> dict[str, Any]:
+        f = self.sim.faults
+        rng = self.rng
+        info: dict[str, Any] = {"kind": kind, "t": self.t()}
+        watched = ("trainjobs", "trainingruntimes", "clustertrainingruntimes", None)
+        if kind == "stall_watches":
+            # Start from a calm state, so the stall alone decides staleness (a relist is activity).
+            await self.wait_for(self.all_ready, 10.0)
+            resource = rng.choice(("trainjobs", None))
+            duration = self.cfg.inactivity_timeout + rng.uniform(*self.cfg.stall_extra)
+            start = self.t()
+            f.stall_watches(resource=resource)
+            await asyncio.sleep(duration)
+            f.release_watches()
+            self.stalls.append((start, self.t(), resource))
+            info.update(resource=resource, seconds=round(duration, 2))
+        elif kind == "reset_watches":
+            info["streams"] = f.reset_watches(resource=rng.choice(watched))
+        elif kind == "reset_next_watches":
+            n = rng.randint(1, 4)
+            f.reset_next_watches(n, resource=rng.choice(watched), after_events=rng.randint(0, 20))
+            info["n"] = n
+        elif kind == "compact_410":
+            f.compact()
+        elif kind.startswith(("throttle_", "error_")):
+            status = int(kind.rsplit("_", 1)[1])
+            n = rng.randint(1, 4)
+            resource = rng.choice(watched)
+            watch = rng.choice((None, True, False))
+            retry_after = rng.choice((1, 2)) if status in (429, 503, 504) else None
+            f.fail_next(n, status=status, retry_after=retry_after, resource=resource, watch=watch)
+            info.update(n=n, resource=resource, watch=watch, retry_after=retry_after)
+        elif kind == "apiserver_restart":
+            abrupt = rng.random() < 0.5
+            info.update(abrupt=abrupt, dropped=f.restart(abrupt=abrupt))
+        elif kind in ("leader_kill", "leader_graceful_restart"):
+            info.update(await self.leader_episode(kill=kind == "leader_kill"))
+        else:  # pragma: no cover
+            raise ValueError(kind)
+        self.injected[kind] += 1
+        info["end"] = self.t()
+        return info
+
+    async def leader_episode(self, *, kill: bool) -> dict[str, Any]:
+        info: dict[str, Any] = {}
+        # A replica must have had time to observe the events the leader counted (see journal.py limits).
+        await self.wait_for(lambda: self.leader() is not None and self.all_ready(), 15.0)
+        leader = self.leader()
+        if leader is None:
+            self.problems.append(f"{self.t()}: no single leader before a leader fault")
+            return {"skipped": "no leader"}
+        info["leader"] = leader
+        gone = self.t()
+        await self.stop_replica(leader, kill=kill)
+        # The replacement pod starts once a survivor leads: a fresh replica that wins the election could
+        # not replay what happened before its initial list (journal.py, limits; see docs/reliability.md).
+        if not self.cfg.replace_after_takeover:
+            info["replacement"] = await self.start_replica(None if kill else leader)
+        took_over = await self.wait_for(lambda: self.leader() is not None, 20.0)
+        info["takeover_s"] = round(self.t() - gone, 2) if took_over else None
+        info["new_leader"] = self.leader()
+        if not took_over:
+            self.problems.append(f"{self.t()}: no takeover within 20 s after {leader} went away")
+        if self.cfg.replace_after_takeover:
+            info["replacement"] = await self.start_replica(None if kill else leader)
+        return info
+
+    async def faults_loop(self, stop_at: float) -> None:
+        deck: list[str] = []
+        while time.monotonic() < stop_at:
+            await asyncio.sleep(self.rng.uniform(*self.cfg.fault_gap))
+            if time.monotonic() >= stop_at:
+                break
+            if not deck:
+                deck = list(FAULT_KINDS)
+                self.rng.shuffle(deck)
+            kind = deck.pop()
+            try:
+                self.episodes.append(await self.episode(kind))
+            except Exception as exc:
+                self.problems.append(f"fault episode {kind} raised {exc!r}")
+                log.exception("fault episode %s failed", kind)
+
+    # -- main --
+
+    async def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        errors = ErrorLog()
+        root = logging.getLogger()
+        root.addHandler(errors)
+        loop = asyncio.get_running_loop()
+
+        def loop_handler(_loop: Any, context: dict[str, Any]) -> None:
+            self.loop_errors.append(str(context.get("message")) + " " + repr(context.get("exception")))
+
+        loop.set_exception_handler(loop_handler)
+        try:
+            async with SimulatedCluster(
+                bookmark_interval=0.5, history_window=cfg.history_window, watch_timeout=(20.0, 40.0)
+            ) as sim:
+                self.sim = sim
+                self.kubeconfig = sim.write_kubeconfig(self.workdir / "kubeconfig")
+                self.gen = WorkloadGenerator(
+                    sim.store, seed=cfg.seed, namespaces=cfg.namespaces, max_jobs=cfg.max_jobs
+                )
+                self.gen.load_runtimes()
+                self.recorder = Recorder(sim, self.t0)
+                try:
+                    return await self._run_inner()
+                finally:
+                    for identity in list(self.live):
+                        with contextlib.suppress(Exception):
+                            await self.stop_replica(identity, kill=False)
+        finally:
+            root.removeHandler(errors)
+            self.error_records = errors.records
+            loop.set_exception_handler(None)
+
+    async def _run_inner(self) -> dict[str, Any]:
+        cfg = self.cfg
+        for _ in range(cfg.replicas):
+            await self.start_replica()
+        if not await self.wait_for(lambda: self.leader() is not None and self.all_ready(), 30.0):
+            raise RuntimeError("replicas did not become ready with one leader")
+        start_truth = self.gen.snapshot()
+        stop = asyncio.Event()
+        gen_stop = asyncio.Event()
+        background = [
+            asyncio.create_task(self.gen.run(cfg.rate, gen_stop), name="generator"),
+            asyncio.create_task(self.sample_readiness(stop), name="readiness sampler"),
+            asyncio.create_task(self.sample_rss(stop), name="rss sampler"),
+            asyncio.create_task(self.prune_truth(stop), name="truth pruner"),
+        ]
+        started = time.monotonic()
+        await self.faults_loop(started + cfg.fault_seconds)
+        fault_seconds = time.monotonic() - started
+        # Settle: no more writes, no more faults, every replica caught up and ready, one leader.
+        gen_stop.set()
+        steps = await background[0]
+        self.sim.faults.clear()
+        end_rv = self.sim.store.resource_version
+        settle_start = time.monotonic()
+
+        def settled() -> bool:
+            if self.leader() is None or not self.all_ready():
+                return False
+            for e in self.live.values():
+                for inf in e.replica.service._trainjob_informers:
+                    if int(inf.resource_version or 0) < end_rv:
+                        return False
+            return True
+
+        ok = await self.wait_for(settled, cfg.settle_timeout)
+        await asyncio.sleep(2.5)  # housekeeping flush of pending creations, one more renew
+        if not ok:
+            self.problems.append(f"did not settle within {cfg.settle_timeout} s")
+        settle_seconds = time.monotonic() - settle_start
+        gc.collect()
+        rss_end = rss_bytes()
+        end_truth = self.gen.snapshot()
+        leader = self.leader()
+        for identity in list(self.live):
+            self._check_replica(identity)
+        services = {i: e.replica.service for i, e in self.live.items()}
+        self.recorder.close_open_terms(services)
+        gauge: dict[tuple[str, ...], float] = {}
+        scraped_leader_flags: dict[str, float] = {}
+        if leader is not None:
+            samples = await self.live[leader].replica.samples()
+            for (name, labels), value in samples.items():
+                if name == JOBS and value:
+                    d = dict(labels)
+                    gauge[(d["namespace"], d["runtime_ref"], d["state"])] = value
+        for identity, e in self.live.items():
+            s = await e.replica.samples()
+            scraped_leader_flags[identity] = s.get(("trainer_metrics_leader", ()), -1.0)
+        stop.set()
+        await asyncio.gather(*background[1:])
+        return self.report(
+            start_truth=start_truth,
+            end_truth=end_truth,
+            gauge=gauge,
+            leader=leader,
+            steps=steps,
+            fault_seconds=fault_seconds,
+            settle_seconds=settle_seconds,
+            rss_end=rss_end,
+            leader_flags=scraped_leader_flags,
+        )
+
+    # -- report --
+
+    def report(
+        self,
+        *,
+        start_truth: Any,
+        end_truth: Any,
+        gauge: dict[tuple[str, ...], float],
+        leader: str | None,
+        steps: int,
+        fault_seconds: float,
+        settle_seconds: float,
+        rss_end: int,
+        leader_flags: dict[str, float],
+    ) -> dict[str, Any]:
+        cfg = self.cfg
+        terms = self.recorder.terms
+        # Truth deltas over the soak (the replicas started before the first TrainJob was created).
+        created = end_truth.created_since(start_truth)
+        finished = end_truth.finished_since(start_truth)
+        truth: Values = {name: {} for name in (*COUNTERS, ACCEL_COUNT)}
+        for (ns, ref), n in created.items():
+            truth[CREATED][(ns, ref)] = truth[CREATED].get((ns, ref), 0) + n
+            truth[NODES_COUNT][(ref,)] = truth[NODES_COUNT].get((ref,), 0) + n
+            truth[ACCEL_COUNT][(ref,)] = truth[ACCEL_COUNT].get((ref,), 0) + n
+        for (result, reason, ref), n in finished.items():
+            truth[FINISHED][(result, reason, ref)] = n
+            truth[LIFETIME_COUNT][(result, ref)] = truth[LIFETIME_COUNT].get((result, ref), 0) + n
+
+        # Sum over terms, and the allowance for each non-graceful hand-over.
+        summed: Values = {}
+        allowance: Values = {}
+        handovers: list[dict[str, Any]] = []
+        overlaps: list[str] = []
+        ordered = sorted(terms, key=lambda t: t.started)
+        for i, term in enumerate(ordered):
+            if term.stop_values is not None:
+                _add_into(summed, _sub(term.stop_values, term.start_values))
+            if i == 0:
+                continue
+            prev = ordered[i - 1]
+            if prev.stopped is None or prev.stopped > term.started:
+                overlaps.append(
+                    f"{prev.identity} [{prev.started}, {prev.stopped}] / {term.identity} @ {term.started}"
+                )
+            floor = term.floor if term.floor is not None else -1
+            exact = prev.final_watermark is None or floor >= prev.final_watermark
+            risky = [keys for rv, keys in prev.at_risk if rv > floor]
+            for keys in risky:
+                for name, key in keys:
+                    allowance.setdefault(name, {})[key] = allowance.get(name, {}).get(key, 0) + 1
+            handovers.append(
+                {
+                    "from": prev.identity,
+                    "to": term.identity,
+                    "how": prev.how,
+                    "gap_s": round(term.started - (prev.stopped or term.started), 3),
+                    "old_watermark": prev.final_watermark,
+                    "new_floor": term.floor,
+                    "exact": exact,
+                    "may_double_count": len(risky),
+                }
+            )
+        differences: dict[str, dict[str, float]] = {}
+        violations: list[str] = []
+        per_counter: dict[str, dict[str, float]] = {}
+        for name in (*COUNTERS, ACCEL_COUNT):
+            keys = summed.get(name, {}).keys() | truth[name].keys()
+            over = under = 0.0
+            for key in sorted(keys):
+                got = summed.get(name, {}).get(key, 0.0)
+                want = truth[name].get(key, 0.0)
+                diff = got - want
+                if diff:
+                    differences.setdefault(name, {})["|".join(key)] = diff
+                allowed = allowance.get(name, {}).get(key, 0)
+                if diff < 0:
+                    under += -diff
+                    violations.append(f"{name}{key}: lost {-diff:g} (counted {got:g}, truth {want:g})")
+                elif diff > allowed:
+                    over += diff - allowed
+                    violations.append(
+                        f"{name}{key}: {diff:g} over the truth, allowance {allowed} (got {got:g})"
+                    )
+            per_counter[name] = {
+                "truth_total": sum(truth[name].values()),
+                "counted_total": sum(summed.get(name, {}).values()),
+                "allowance_total": sum(allowance.get(name, {}).values()),
+                "lost": under,
+                "over_allowance": over,
+            }
+        truth_jobs = {k: float(v) for k, v in end_truth.jobs.items() if v}
+        gauge_diff = {
+            "|".join(k): gauge.get(k, 0.0) - truth_jobs.get(k, 0.0)
+            for k in gauge.keys() | truth_jobs.keys()
+            if gauge.get(k, 0.0) != truth_jobs.get(k, 0.0)
+        }
+
+        # Readiness during stalls: in [stall start + timeout + 0.5 s, stall end], replicas alive throughout.
+        stall_checks = []
+        for start, end, resource in self.stalls:
+            lo = start + cfg.inactivity_timeout + 0.5
+            if end - lo < 0.3:
+                continue
+            per: dict[str, list[int]] = {}
+            for t, identity, status, _ in self.readiness:
+                if lo <= t <= end:
+                    per.setdefault(identity, []).append(status)
+            recovered = {}
+            for identity in per:
+                later = [s for t, i, s, _ in self.readiness if i == identity and end < t <= end + 15.0]
+                recovered[identity] = 200 in later
+            stall_checks.append(
+                {
+                    "start": start,
+                    "end": end,
+                    "resource": resource,
+                    "not_ready_fraction": {
+                        i: round(sum(1 for s in v if s == 503) / len(v), 3) for i, v in per.items() if v
+                    },
+                    "ready_again_within_15s": recovered,
+                }
+            )
+        after_warmup = [b for t, b in self.rss if t >= cfg.warmup_seconds]
+        rss_warm = (
+            statistics.median(after_warmup[:5]) if after_warmup else (self.rss[0][1] if self.rss else 0)
+        )
+        by_kind = Counter(e["kind"] for e in self.episodes)
+        lifecycles = sum(finished.values())
+        return {
+            "config": {k: v for k, v in asdict(cfg).items()},
+            "fault_seconds": round(fault_seconds, 1),
+            "settle_seconds": round(settle_seconds, 1),
+            "generator_steps": steps,
+            "lifecycles_finished": lifecycles,
+            "trainjobs_created": sum(created.values()),
+            "trainjobs_deleted": sum(created.values())
+            - sum(end_truth.jobs.values())
+            + sum(start_truth.jobs.values()),
+            "live_trainjobs_end": sum(end_truth.jobs.values()),
+            "max_jobs": cfg.max_jobs,
+            "episodes_by_kind": dict(sorted(by_kind.items())),
+            "sim_fault_counters": dict(sorted(self.sim.faults.counters.items())),
+            "leader_terms": len(terms),
+            "handovers": handovers,
+            "non_exact_handovers": sum(1 for h in handovers if not h["exact"]),
+            "kills": by_kind.get("leader_kill", 0),
+            "overlapping_terms": overlaps,
+            "counters": per_counter,
+            "differences": differences,
+            "allowance": {n: {"|".join(k): v for k, v in s.items()} for n, s in allowance.items()},
+            "count_violations": violations,
+            "final_leader": leader,
+            "leader_flags_scraped": leader_flags,
+            "gauge_series": len(truth_jobs),
+            "gauge_differences": gauge_diff,
+            "liveness_problems": self.liveness,
+            "dead_tasks": self.dead_tasks,
+            "error_log_records": self.error_records if hasattr(self, "error_records") else [],
+            "loop_exceptions": self.loop_errors,
+            "rss_warm_mb": round(rss_warm / 2**20, 1),
+            "rss_end_mb": round(rss_end / 2**20, 1),
+            "rss_growth": round((rss_end - rss_warm) / rss_warm, 4) if rss_warm else None,
+            "rss_peak_mb": round(max((b for _, b in self.rss), default=0) / 2**20, 1),
+            "stalls": stall_checks,
+            "readiness_samples": len(self.readiness),
+            "harness_problems": self.problems,
+            "replicas_started": self.replica_seq,
+            "store_trainjobs_end": len(self.sim.store.list(TRAINJOBS, None)[0]),
+        }
+
+
+async def run_soak(cfg: SoakConfig, workdir: Path | None = None) -> dict[str, Any]:
+    """Run one soak; returns the report (see ``Soak.report``). Errors are reported, not raised."""
+    with tempfile.TemporaryDirectory() as tmp:
+        soak = Soak(cfg, workdir or Path(tmp))
+        result = await soak.run()
+        # The error log is filled in run()'s finally: re-read it after the replicas stopped.
+        result["error_log_records"] = soak.error_records
+        result["loop_exceptions"] = soak.loop_errors
+        return result
+
+
+def render_table(report: dict[str, Any]) -> str:
+    lines = []
+
+    def row(name: str, value: Any) -> None:
+        lines.append(f"{name:<38} {value}")
+
+    row("faults / settle (s)", f"{report['fault_seconds']} / {report['settle_seconds']}")
+    row("generator steps", report["generator_steps"])
+    row("TrainJobs created / finished", f"{report['trainjobs_created']} / {report['lifecycles_finished']}")
+    row("live TrainJobs at end (max_jobs)", f"{report['live_trainjobs_end']} ({report['max_jobs']})")
+    for kind in FAULT_KINDS:
+        row(f"  episodes: {kind}", report["episodes_by_kind"].get(kind, 0))
+    row("sim fault counters", json.dumps(report["sim_fault_counters"]))
+    row("leader terms / replicas started", f"{report['leader_terms']} / {report['replicas_started']}")
+    row("hand-overs not exact (kills etc.)", f"{report['non_exact_handovers']} of {len(report['handovers'])}")
+    for name, c in report["counters"].items():
+        short = name.removeprefix("kubeflow_trainer_trainjob_")
+        row(
+            f"  {short}",
+            f"truth {c['truth_total']:g}, counted {c['counted_total']:g}, lost {c['lost']:g}, "
+            f"double-count allowance {c['allowance_total']:g}, over allowance {c['over_allowance']:g}",
+        )
+    row("gauge series / differences", f"{report['gauge_series']} / {len(report['gauge_differences'])}")
+    row(
+        "RSS warm / end / peak (MB)",
+        f"{report['rss_warm_mb']} / {report['rss_end_mb']} / {report['rss_peak_mb']}",
+    )
+    row("RSS growth after warm-up", f"{100 * (report['rss_growth'] or 0):.1f} %")
+    row("liveness problems / dead tasks", f"{report['liveness_problems']} / {report['dead_tasks']}")
+    row("ERROR log records", len(report["error_log_records"]))
+    fractions = [min(s["not_ready_fraction"].values(), default=1.0) for s in report["stalls"]]
+    row("stalls checked / min not-ready share", f"{len(fractions)} / {min(fractions, default=None)}")
+    row("harness problems", report["harness_problems"] or "none")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.soak", description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="minutes of faults (default 10)")
+    parser.add_argument("--seed", type=int, default=SoakConfig.seed)
+    parser.add_argument("--rate", type=float, default=SoakConfig.rate, help="generator steps per second")
+    parser.add_argument("--max-jobs", type=int, default=SoakConfig.max_jobs)
+    parser.add_argument("--json", type=Path, help="also write the full report here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = SoakConfig(
+        fault_seconds=args.minutes * 60,
+        seed=args.seed,
+        rate=args.rate,
+        max_jobs=args.max_jobs,
+        warmup_seconds=min(60.0, max(25.0, args.minutes * 6)),
+    )
+    report = asyncio.run(run_soak(cfg))
+    text = json.dumps(report, indent=2, default=str)
+    if args.json:
+        args.json.write_text(text)
+    print(render_table(report))
+    failures = check(report, cfg)
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+def check(report: dict[str, Any], cfg: SoakConfig) -> list[str]:
+    """Every guarantee the soak checks, as failure messages (empty: all held)."""
+    out = []
+    out += report["count_violations"]
+    if report["overlapping_terms"]:
+        out.append(f"leader terms overlapped: {report['overlapping_terms']}")
+    if report["gauge_differences"]:
+        out.append(f"trainjobs gauge differs from the truth: {report['gauge_differences']}")
+    if report["liveness_problems"] or report["dead_tasks"]:
+        out.append(f"liveness: {report['liveness_problems']} {report['dead_tasks']}")
+    if report["error_log_records"] or report["loop_exceptions"]:
+        out.append(f"errors logged: {report['error_log_records'][:5]} {report['loop_exceptions'][:5]}")
+    if report["rss_growth"] is not None and report["rss_growth"] > 0.10:
+        out.append(f"RSS grew {100 * report['rss_growth']:.1f} % after warm-up")
+    if report["harness_problems"]:
+        out.append(f"harness: {report['harness_problems']}")
+    for kind in FAULT_KINDS:
+        if not report["episodes_by_kind"].get(kind):
+            out.append(f"fault kind {kind} never injected")
+    out += readiness_failures(report)
+    return out
+
+
+def readiness_failures(report: dict[str, Any]) -> list[str]:
+    out = []
+    if not report["stalls"]:
+        out.append("no stall long enough to check readiness")
+    for s in report["stalls"]:
+        for identity, frac in s["not_ready_fraction"].items():
+            if frac < 0.8:
+                out.append(
+                    f"stall {s['start']}-{s['end']}: {identity} not ready in only {frac:.0%} of samples"
+                )
+        for identity, ok in s["ready_again_within_15s"].items():
+            if not ok:
+                out.append(f"stall {s['start']}-{s['end']}: {identity} not ready again within 15 s")
+    return out
+
+
+def run_main() -> None:  # pragma: no cover
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run_main()

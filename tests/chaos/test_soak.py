@@ -1,0 +1,103 @@
+"""CI chaos soak (issue "Reliability and security", item 1): ~100 s of random faults against three replicas.
+
+The soak runs once per module (``tests/chaos/soak.py``, also runnable for longer:
+``python -m tests.chaos.soak --minutes 10``); each test below checks one guarantee on its report. The
+figures are printed (``pytest -s``) and written as JSON under the pytest tmp dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos.soak import FAULT_KINDS, SoakConfig, readiness_failures, render_table, run_soak
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+CONFIG = SoakConfig(fault_seconds=100.0, warmup_seconds=25.0)
+
+STALE_FLAPS = (
+    "app/kube/informer.py: the watch re-opened after the inactivity timeout counts its response headers as "
+    "activity, so a silently stalled informer is stale for ~5 ms per inactivity period only and /readyz "
+    "stays 200 (see tests/chaos/test_stale_watch.py and docs/reliability.md)"
+)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    workdir = tmp_path_factory.mktemp("soak")
+    result = asyncio.run(run_soak(CONFIG, workdir))
+    path = Path(workdir) / "soak-report.json"
+    text = json.dumps(result, indent=2, default=str)
+    path.write_text(text)
+    print(f"\n=== chaos soak figures ({path}) ===\n{render_table(result)}\n{text}")
+    return result
+
+
+def test_every_fault_kind_was_injected(report: dict[str, Any]) -> None:
+    missing = [kind for kind in FAULT_KINDS if not report["episodes_by_kind"].get(kind)]
+    assert not missing, report["episodes_by_kind"]
+    served = report["sim_fault_counters"]
+    for counter in ("watch_stalls", "watch_resets", "compactions", "restarts", "status_429"):
+        assert served.get(counter, 0) > 0, served
+    assert any(served.get(f"status_{code}", 0) for code in (500, 503, 504)), served
+    assert report["harness_problems"] == []
+
+
+def test_workload_was_thousands_of_lifecycles_with_a_bounded_population(report: dict[str, Any]) -> None:
+    assert report["lifecycles_finished"] >= 1000
+    assert report["trainjobs_created"] >= 1000
+    assert report["live_trainjobs_end"] <= report["max_jobs"]
+
+
+def test_counters_summed_over_leader_terms_equal_the_truth(report: dict[str, Any]) -> None:
+    """Nothing lost; counted twice only what a kill allows (the events the killed leader counted above the
+    watermark it had last published); exactly equal when every hand-over was graceful."""
+    assert report["count_violations"] == []
+    for name, c in report["counters"].items():
+        assert c["lost"] == 0, (name, c)
+        assert c["counted_total"] - c["truth_total"] <= c["allowance_total"], (name, c)
+    for h in report["handovers"]:
+        if h["how"] == "graceful":
+            assert h["exact"], h
+    if report["non_exact_handovers"] == 0:
+        assert report["differences"] == {}
+    assert report["overlapping_terms"] == []
+    assert report["leader_terms"] >= 1 + report["episodes_by_kind"]["leader_kill"]
+
+
+def test_final_leader_gauge_equals_the_true_current_state(report: dict[str, Any]) -> None:
+    assert report["final_leader"] is not None
+    assert report["gauge_differences"] == {}
+    assert report["gauge_series"] > 0
+    flags = report["leader_flags_scraped"]
+    assert sorted(flags.values()) == [0.0] * (len(flags) - 1) + [1.0], flags
+
+
+def test_no_replica_crashed_and_nothing_died_silently(report: dict[str, Any]) -> None:
+    assert report["liveness_problems"] == {}
+    assert report["dead_tasks"] == []
+    assert report["error_log_records"] == []
+    assert report["loop_exceptions"] == []
+
+
+def test_resident_memory_bounded_after_warmup(report: dict[str, Any]) -> None:
+    assert report["rss_growth"] is not None
+    assert report["rss_growth"] <= 0.10, (report["rss_warm_mb"], report["rss_end_mb"])
+
+
+def test_readiness_recovers_after_every_stall(report: dict[str, Any]) -> None:
+    assert report["stalls"], "no stall lasted longer than the inactivity timeout"
+    for s in report["stalls"]:
+        assert all(s["ready_again_within_15s"].values()), s
+
+
+@pytest.mark.xfail(strict=True, reason=STALE_FLAPS)
+def test_readiness_false_while_a_watch_is_stalled(report: dict[str, Any]) -> None:
+    """From the inactivity timeout (+0.5 s) to the end of each stall, /readyz of every replica is 503 in at
+    least 80 % of the samples (it should be 100 %: the stalled informer stays stale until bytes arrive)."""
+    assert readiness_failures(report) == []

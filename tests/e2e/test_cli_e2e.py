@@ -1,0 +1,196 @@
+"""End to end as a user runs it: ``trainer-metrics --simulate --host 127.0.0.1 --port <p> --sim-seed 1`` as a
+subprocess (embedded simulated cluster, its own workload generator running at the default rate), scraped
+by a real Prometheus. The workload never stops here, so counters are compared through a bracket: a
+/metrics read before a scrape <= what Prometheus stored from that scrape <= a /metrics read after it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.sim.generator import WorkloadGenerator
+from app.sim.store import Store
+
+from .prom import Prometheus, free_port, promtool, requires_prometheus, running_prometheus, wait_for
+
+pytestmark = requires_prometheus
+
+JOB = "trainer-metrics-cli"
+SEED = 1
+EXECUTABLE = Path(sys.executable).with_name("trainer-metrics")
+
+
+TARGET_LABELS = {"namespace": "trainer-metrics-e2e", "pod": "cli-0"}
+
+
+@dataclass
+class CLI:
+    url: str
+    prom: Prometheus
+    address: str
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def counters(text: str) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        if family.type in ("counter", "histogram") and family.name.startswith("kubeflow_trainer_"):
+            for s in family.samples:
+                if s.name.endswith(("_total", "_count", "_sum", "_bucket")):
+                    out[(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if v)))] = s.value
+    return out
+
+
+def as_stored(samples: Samples, cli: CLI) -> Samples:
+    """The samples with the labels Prometheus stores: the target's labels where a sample has none of that
+    name (honor_labels), empty values dropped."""
+    target = {"job": JOB, "instance": cli.address, **TARGET_LABELS}
+    return {
+        (name, tuple(sorted({**target, **dict(labels)}.items()))): v for (name, labels), v in samples.items()
+    }
+
+
+def start_cli(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    assert EXECUTABLE.exists(), f"{EXECUTABLE} missing: is the project installed in the virtualenv?"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_METRICS_")}
+    log_path = workdir / "trainer-metrics.log"
+    for _attempt in range(3):
+        port = free_port()
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                [
+                    str(EXECUTABLE),
+                    "--simulate",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--sim-seed",
+                    str(SEED),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0).status_code == 200:
+                    return proc, port
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        stop(proc)
+        if "address already in use" not in log_path.read_text(errors="replace").lower():
+            break
+    raise AssertionError(
+        f"trainer-metrics did not become ready:\n{log_path.read_text(errors='replace')[-3000:]}"
+    )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()  # SIGTERM: uvicorn shuts down gracefully (and releases the Lease)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CLI]:
+    workdir = tmp_path_factory.mktemp("cli")
+    proc, port = start_cli(workdir)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(
+            lambda: httpx.get(f"{url}/debug/leadership", timeout=5.0).json()["is_leader"],
+            timeout=30,
+            what="the CLI service to lead",
+        )
+        targets = {JOB: (f"127.0.0.1:{port}", TARGET_LABELS)}
+        with running_prometheus(workdir, targets) as prom:
+            wait_for(
+                lambda: prom.query(f'kubeflow_trainer_runtime_info{{job="{JOB}"}}'),
+                timeout=30,
+                what="Trainer metrics scraped from the CLI",
+            )
+            yield CLI(url, prom, f"127.0.0.1:{port}")
+    finally:
+        stop(proc)
+    # uvicorn shuts down gracefully, then re-raises SIGTERM (exit status -15, as Kubernetes expects).
+    assert proc.returncode in (0, -signal.SIGTERM), proc.returncode
+    log = (workdir / "trainer-metrics.log").read_text(errors="replace")
+    assert "Application shutdown complete" in log, log[-2000:]
+
+
+def test_the_scrape_of_the_cli_is_healthy(cli: CLI) -> None:
+    (target,) = cli.prom.active_targets()
+    assert target["scrapeUrl"] == f"http://{cli.address}/metrics"
+    assert target["health"] == "up" and target["lastError"] == "", target
+    assert cli.prom.values(f'up{{job="{JOB}"}}') == {(): 1.0}
+    assert cli.prom.scalar(f'sum(trainer_metrics_leader{{job="{JOB}"}})') == 1.0
+    assert cli.prom.scalar(f'scrape_samples_scraped{{job="{JOB}"}}') >= 300
+
+
+def test_runtime_info_lists_the_runtimes_of_the_seeded_generator(cli: CLI) -> None:
+    # The same seed against an empty store creates the same runtimes as the CLI's embedded cluster.
+    expected_refs = sorted(WorkloadGenerator(Store(), seed=SEED).load_runtimes())
+    snapshot = httpx.get(f"{cli.url}/debug/snapshot", timeout=10.0).json()
+    assert sorted(r["runtime_ref"] for r in snapshot["runtimes"]) == expected_refs
+    got = cli.prom.values(
+        f'kubeflow_trainer_runtime_info{{job="{JOB}"}}', "api_group", "kind", "namespace", "name"
+    )
+    assert sorted("/".join(key) for key in got) == expected_refs
+    assert cli.prom.scalar(f'count(kubeflow_trainer_runtime_info{{job="{JOB}"}})') == len(expected_refs)
+
+
+def test_counters_in_prometheus_are_bracketed_by_the_services_own_metrics(cli: CLI) -> None:
+    """Each Trainer counter (and histogram count/sum/bucket) sample Prometheus stored from a scrape lies
+    between the service's /metrics read just before that scrape and the one read just after."""
+    t_before = time.time()
+    before = counters(httpx.get(f"{cli.url}/metrics", timeout=10.0).text)
+    scraped_at = cli.prom.last_scrape_after(JOB, t_before)
+    after = counters(httpx.get(f"{cli.url}/metrics", timeout=10.0).text)
+    result = cli.prom.query(
+        f'{{__name__=~"kubeflow_trainer_.+_(total|count|sum|bucket)", job="{JOB}"}}', scraped_at
+    )
+    stored: Samples = {}
+    for series in result:
+        assert float(series["value"][0]) == pytest.approx(scraped_at)  # the sample of that very scrape
+        metric = dict(series["metric"])
+        stored[(metric.pop("__name__"), tuple(sorted(metric.items())))] = float(series["value"][1])
+    before, after = as_stored(before, cli), as_stored(after, cli)
+    assert len(stored) >= 50, len(stored)
+    assert set(stored) <= set(after), sorted(set(stored) - set(after))[:5]
+    assert sum(v for (n, _), v in after.items() if n == "kubeflow_trainer_trainjob_created_total") > 0
+    problems = [
+        (key, before.get(key, 0.0), value, after[key])
+        for key, value in stored.items()
+        if not before.get(key, 0.0) <= value <= after[key]
+    ]
+    assert not problems, problems[:5]
+
+
+def test_promtool_check_metrics_on_the_cli_exposition(cli: CLI) -> None:
+    resp = httpx.get(f"{cli.url}/metrics", timeout=10.0)
+    resp.raise_for_status()
+    out = promtool("check", "metrics", stdin=resp.content)
+    assert out.returncode == 0 and not (out.stdout + out.stderr).strip(), (
+        f"promtool check metrics (rc {out.returncode}):\n{out.stdout}{out.stderr}"
+    )

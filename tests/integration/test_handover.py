@@ -1,0 +1,395 @@
+"""Hand-over between replicas: counts across leaders' terms against the workload generator's ground truth.
+
+Several Service replicas run in one test against the simulated cluster while the generator creates and
+finishes TrainJobs continuously. What is checked (docs/leadership.md states the guarantee):
+
+* graceful hand-over (leader stopped → Lease released with its final watermark): a follower leads within
+  a retry period or two, and the counters summed over the leaders' terms equal the ground truth EXACTLY,
+  per series and per TrainJob uid;
+* crash (Service.kill(): no release) and a leader whose Lease API calls hang or fail: it stops exporting
+  no later than renew_deadline after its last renew, the follower exports only after the lease duration,
+  nothing is lost, and what is counted twice is exactly the old leader's events above the watermark it
+  last published, all counted inside one renew period before it stopped.
+
+Timings are FAST_TIMINGS (lease 1.5 s, written to the Lease as 2 s; renew deadline 1.0 s; retry 0.2 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.kube.microtime import parse_microtime
+from app.kube.resources import LEASES
+from app.service import WATERMARK_ANNOTATION
+from app.sim.cluster import SimulatedCluster
+from app.sim.generator import WorkloadGenerator
+from app.sim.store import StoreError
+from app.sim.truth import TruthSnapshot
+from tests.integration.harness import (
+    FAST_TIMINGS,
+    CountedEvent,
+    ExporterSampler,
+    Fleet,
+    Replica,
+    counter_values,
+    eventually,
+    parse_samples,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+LEASE_NS, LEASE_NAME = "default", "trainer-metrics"
+RETRY = FAST_TIMINGS["retry_period_seconds"]
+RENEW_DEADLINE = FAST_TIMINGS["renew_deadline_seconds"]
+LEASE_WRITTEN = math.ceil(FAST_TIMINGS["lease_duration_seconds"])  # whole seconds in the Lease: 2
+GENERATOR_RATE = 80.0  # steps per second; each step makes at most one countable event
+CLOCK_TOLERANCE = 0.05  # wall (Lease renewTime) to monotonic conversion, both read in this process
+
+Counts = dict[str, dict[tuple[str, ...], int]]
+
+
+# --------------------------------------------------------------------------------------------------
+# fixtures and helpers
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimulatedCluster]:
+    async with SimulatedCluster(host="127.0.0.1", port=0) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def workload(sim: SimulatedCluster) -> WorkloadGenerator:
+    gen = WorkloadGenerator(sim.store, seed=20260401, max_jobs=150)
+    gen.load_runtimes()
+    gen.populate(60)  # in every replica's initial list: never counted
+    return gen
+
+
+@contextlib.asynccontextmanager
+async def generating(gen: WorkloadGenerator, rate: float = GENERATOR_RATE) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(gen.run(rate, stop), name="workload")
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
+def truth_counts(after: TruthSnapshot, before: TruthSnapshot) -> Counts:
+    return {
+        "created": {k: v for k, v in after.created_since(before).items()},
+        "finished": {k: v for k, v in after.finished_since(before).items()},
+    }
+
+
+def add_counts(total: Counts, delta: Counts, sign: int = 1) -> None:
+    for kind, series in delta.items():
+        into = total.setdefault(kind, {})
+        for key, value in series.items():
+            into[key] = into.get(key, 0) + sign * value
+            if not into[key]:
+                del into[key]
+
+
+def diff_counts(end: Counts, start: Counts) -> Counts:
+    out: Counts = {}
+    add_counts(out, end)
+    add_counts(out, start, -1)
+    return out
+
+
+def new_uids(after: TruthSnapshot, before: TruthSnapshot) -> dict[str, set[str]]:
+    return {
+        "created": {uid for uid in after.requests if uid not in before.requests},
+        "finished": {uid for uid in after.terminal if uid not in before.terminal},
+    }
+
+
+def counted_uids(events: list[CountedEvent]) -> dict[str, Counter[str]]:
+    out: dict[str, Counter[str]] = {"created": Counter(), "finished": Counter()}
+    for e in events:
+        out[e.kind][e.uid] += 1
+    return out
+
+
+def lease_record(sim: SimulatedCluster) -> dict[str, Any] | None:
+    try:
+        return sim.store.get(LEASES, LEASE_NS, LEASE_NAME)
+    except StoreError:
+        return None
+
+
+@dataclass
+class Published:
+    """What a Lease says about its holder's last renew: the hand-over watermark and when it was built."""
+
+    holder: str
+    watermark: int | None
+    renew_monotonic: float
+
+
+def published(lease: dict[str, Any], wall_minus_mono: float) -> Published:
+    raw = lease["metadata"].get("annotations", {}).get(WATERMARK_ANNOTATION)
+    renew = parse_microtime(lease["spec"]["renewTime"]).timestamp() - wall_minus_mono
+    return Published(lease["spec"]["holderIdentity"], int(raw) if raw is not None else None, renew)
+
+
+async def settle(fleet: Fleet, gen: WorkloadGenerator) -> None:
+    """After the generator stopped: every live replica has seen its last write (and flushed)."""
+    rv = gen.truth.resource_version
+    await eventually(lambda: fleet.caught_up(rv), timeout=20, what=f"replicas caught up with rv {rv}")
+    for r in fleet.alive():
+        r.service.state.flush_pending()
+
+
+async def exported_counts(r: Replica) -> Counts:
+    """The leader's counters as Prometheus scrapes them."""
+    samples = parse_samples(await r.metrics_text())
+    out: Counts = {"created": {}, "finished": {}}
+    for (name, labels), value in samples.items():
+        d = dict(labels)
+        if name == "kubeflow_trainer_trainjob_created_total":
+            out["created"][(d["namespace"], d["runtime_ref"])] = int(value)
+        elif name == "kubeflow_trainer_trainjob_finished_total":
+            out["finished"][(d["result"], d["reason"], d["runtime_ref"])] = int(value)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# graceful hand-over
+# --------------------------------------------------------------------------------------------------
+
+
+async def test_graceful_handovers_count_exactly(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    async with Fleet(tmp_path) as fleet:
+        for name in ("a", "b", "c"):
+            await fleet.add(kubeconfig, name)
+        await fleet.wait_leader()
+        await fleet.wait_candidates()
+        before = workload.snapshot()
+        last_end: dict[str, Counts] = {r.identity: {} for r in fleet.replicas}
+        terms: list[tuple[str, Counts]] = []  # (identity, contribution of the term)
+        latencies: list[float] = []
+        sampler = ExporterSampler(fleet.replicas).start()
+        try:
+            async with generating(workload):
+                for handover in range(3):
+                    await asyncio.sleep(1.0)
+                    if handover == 1:  # keep two followers: a fresh replica joins, warm standby
+                        last_end["d"] = {}
+                        await fleet.add(kubeconfig, "d")
+                        await fleet.wait_candidates()
+                    leader = fleet.leaders()[0]
+                    # Followers count nothing: their counters are where their last term left them.
+                    for r in fleet.alive():
+                        if r is not leader:
+                            assert counter_values(r.service) == _nonzero(last_end[r.identity]), r.identity
+                    sampler.allow_gap(True)
+                    started = time.monotonic()
+                    await leader.service.stop()  # releases the Lease with the final watermark
+                    end = counter_values(leader.service)
+                    terms.append((leader.identity, diff_counts(end, last_end[leader.identity])))
+                    last_end[leader.identity] = end
+                    successor = await fleet.wait_leader(timeout=5)
+                    latencies.append(time.monotonic() - started)
+                    sampler.allow_gap(False)
+                    assert successor is not leader
+            await settle(fleet, workload)
+        finally:
+            await sampler.stop()
+        after = workload.snapshot()
+        final = fleet.leaders()[0]
+        end = counter_values(final.service)
+        terms.append((final.identity, diff_counts(end, last_end[final.identity])))
+
+        sampler.assert_clean()
+        # A released Lease is taken on the follower's next retry: well inside the lease duration.
+        assert max(latencies) < RETRY * 3 + 1.0, latencies
+        assert max(latencies) < LEASE_WRITTEN, latencies
+
+        truth = truth_counts(after, before)
+        summed: Counts = {}
+        for _, contribution in terms:
+            add_counts(summed, contribution)
+        assert sum(truth["created"].values()) > 50 and sum(truth["finished"].values()) > 30, truth
+        assert summed == truth, {"summed": summed, "truth": truth}
+
+        # Same at the level of TrainJob uids: each counted by exactly one leader, exactly once.
+        counted = counted_uids(fleet.counted)
+        for kind, uids in new_uids(after, before).items():
+            assert set(counted[kind]) == uids, kind
+            assert all(n == 1 for n in counted[kind].values()), kind
+        # What the final leader exports is what its state holds.
+        assert await exported_counts(final) == counter_values(final.service)
+        replayed = sum(r.service.journal.replayed for r in fleet.replicas)
+        print(f"\nhand-over latencies {[round(x, 3) for x in latencies]} s; terms {[t[0] for t in terms]};")
+        print(f"replayed on takeover {replayed}; truth {sum(truth['created'].values())} created, ", end="")
+        print(f"{sum(truth['finished'].values())} finished; {sampler.describe()}")
+
+
+def _nonzero(counts: Counts) -> Counts:
+    return {"created": dict(counts.get("created", {})), "finished": dict(counts.get("finished", {}))}
+
+
+# --------------------------------------------------------------------------------------------------
+# crash and unresponsive leader
+# --------------------------------------------------------------------------------------------------
+
+
+def check_counts_after_crash(
+    fleet: Fleet, window: tuple[TruthSnapshot, TruthSnapshot], old: str, pub: Published
+) -> list[CountedEvent]:
+    """Nothing lost; counted twice = exactly the old leader's events above its last published watermark.
+
+    ``window`` is the truth (before, after) the run. Returns those events (the duplicates)."""
+    before, after = window
+    truth = truth_counts(after, before)
+    summed: Counts = {}
+    for r in fleet.replicas:
+        add_counts(summed, counter_values(r.service))
+    over = diff_counts(summed, truth)
+    assert all(v > 0 for series in over.values() for v in series.values()), {"over-minus-truth": over}
+    assert pub.watermark is not None
+    duplicates = [e for e in fleet.counted if e.identity == old and e.rv > pub.watermark]
+    dup_counts: Counts = {}
+    for e in duplicates:
+        add_counts(dup_counts, {e.kind: {e.labels: 1}})
+    assert over == dup_counts, {"summed-minus-truth": over, "old leader above watermark": dup_counts}
+    counted = counted_uids(fleet.counted)
+    for kind, uids in new_uids(after, before).items():
+        assert set(counted[kind]) == uids, f"{kind}: lost {uids - set(counted[kind])}"
+        twice = {uid for uid, n in counted[kind].items() if n > 1}
+        assert twice == {e.uid for e in duplicates if e.kind == kind}, kind
+        assert all(n <= 2 for n in counted[kind].values())
+    return duplicates
+
+
+async def test_killed_leader_loses_nothing_and_recounts_at_most_one_renew_period(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    wall_minus_mono = time.time() - time.monotonic()
+    async with Fleet(tmp_path) as fleet:
+        a = await fleet.add(kubeconfig, "a")
+        await fleet.wait_leader()
+        b = await fleet.add(kubeconfig, "b")
+        await fleet.wait_candidates()
+        before = workload.snapshot()
+        sampler = ExporterSampler(fleet.replicas).start()
+        try:
+            async with generating(workload):
+                await asyncio.sleep(1.5)
+                sampler.allow_gap(True)
+                killed_at = time.monotonic()
+                await a.service.kill()
+                await asyncio.sleep(0.3)  # a renew request cut by the kill has settled (no takeover yet)
+                pub = published(lease_record(sim) or {}, wall_minus_mono)
+                assert pub.holder == "a"
+                await eventually(lambda: b.service.journal.leading, timeout=10, what="b leads")
+                took_over = time.monotonic()
+                sampler.allow_gap(False)
+                await asyncio.sleep(1.0)
+            await settle(fleet, workload)
+        finally:
+            await sampler.stop()
+        after = workload.snapshot()
+        sampler.assert_clean()
+
+        # The crashed leader's Lease is taken only after it expired: lease duration after its last renew.
+        assert took_over - pub.renew_monotonic >= LEASE_WRITTEN - CLOCK_TOLERANCE
+        assert killed_at - pub.renew_monotonic < RENEW_DEADLINE  # it was a live leader until the kill
+        duplicates = check_counts_after_crash(fleet, (before, after), "a", pub)
+        # Counted twice: only what the old leader counted after building its last renew, before it died.
+        for e in duplicates:
+            assert pub.renew_monotonic - CLOCK_TOLERANCE <= e.at <= killed_at, e
+        assert b.service.journal.replayed >= len(duplicates)
+        print(
+            f"\nkill: takeover {took_over - killed_at:.3f} s after the kill, "
+            f"{took_over - pub.renew_monotonic:.3f} s after the last renew; "
+            f"counted twice {len(duplicates)} (window {killed_at - pub.renew_monotonic:.3f} s); "
+            f"replayed {b.service.journal.replayed}"
+        )
+
+
+@pytest.fixture
+async def second_server(sim: SimulatedCluster) -> AsyncIterator[SimulatedCluster]:
+    """Another API server over the same Store: its faults hit only the replicas pointed at it."""
+    async with SimulatedCluster(host="127.0.0.1", port=0, store=sim.store) as other:
+        yield other
+
+
+@pytest.mark.parametrize("fault", ["hang", "503", "429"])
+async def test_unresponsive_leader_stops_before_takeover(
+    sim: SimulatedCluster,
+    second_server: SimulatedCluster,
+    workload: WorkloadGenerator,
+    tmp_path: Path,
+    fault: str,
+) -> None:
+    wall_minus_mono = time.time() - time.monotonic()
+    async with Fleet(tmp_path) as fleet:
+        a = await fleet.add(second_server.write_kubeconfig(tmp_path / "kubeconfig-a"), "a")
+        await fleet.wait_leader()
+        b = await fleet.add(sim.write_kubeconfig(tmp_path / "kubeconfig-b"), "b")
+        await fleet.wait_candidates()
+        before = workload.snapshot()
+        sampler = ExporterSampler(fleet.replicas).start()
+        try:
+            async with generating(workload):
+                await asyncio.sleep(1.5)
+                sampler.allow_gap(True)
+                faulted_at = time.monotonic()
+                if fault == "hang":
+                    second_server.faults.stall_requests(resource="leases")
+                else:
+                    second_server.faults.fail_next(100_000, status=int(fault), resource="leases")
+                await eventually(lambda: not a.service.journal.leading, timeout=5, what="a stops leading")
+                a_stopped = time.monotonic()
+                pub = published(lease_record(sim) or {}, wall_minus_mono)
+                assert pub.holder == "a"  # nobody took over yet
+                await eventually(lambda: b.service.journal.leading, timeout=10, what="b leads")
+                took_over = time.monotonic()
+                sampler.allow_gap(False)
+                await asyncio.sleep(1.0)
+            await settle(fleet, workload)
+        finally:
+            await sampler.stop()
+            second_server.faults.clear()
+        after = workload.snapshot()
+        sampler.assert_clean()
+
+        a_last = sampler.last_exporting("a")
+        b_first = sampler.first_exporting("b", faulted_at)
+        assert a_last is not None and b_first is not None
+        # The old leader stopped exporting before anyone could take over ...
+        assert a_last < b_first
+        assert a_stopped < took_over
+        # ... no later than renew_deadline after its last successful renew (loop scheduling slack) ...
+        assert a_stopped - pub.renew_monotonic <= RENEW_DEADLINE + 0.3, a_stopped - pub.renew_monotonic
+        # ... and the follower waited out the lease duration from that renew.
+        assert took_over - pub.renew_monotonic >= LEASE_WRITTEN - CLOCK_TOLERANCE
+        duplicates = check_counts_after_crash(fleet, (before, after), "a", pub)
+        for e in duplicates:
+            assert pub.renew_monotonic - CLOCK_TOLERANCE <= e.at <= a_stopped, e
+        print(
+            f"\n{fault}: a stopped {a_stopped - pub.renew_monotonic:.3f} s after its last renew, "
+            f"b took over {took_over - pub.renew_monotonic:.3f} s after it; "
+            f"margin {took_over - a_stopped:.3f} s; "
+            f"counted twice {len(duplicates)}"
+        )

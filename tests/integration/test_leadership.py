@@ -1,0 +1,382 @@
+"""Leader election at the service level: one exporter at a time, warm standby, /debug/leadership.
+
+Several Service replicas run in one test against the simulated cluster (FAST_TIMINGS: lease 1.5 s, written
+as 2 s; renew deadline 1.0 s; retry 0.2 s). An ExporterSampler checks, every few milliseconds, that
+exactly one replica exports the Trainer metrics (none only inside a hand-over window the test opens), and
+that every /metrics agrees: Trainer series and ``trainer_metrics_leader 1`` on the leader only.
+
+Lease disturbances (racing candidates, conflicting writes, deletion, garbage watermark, API errors) must
+keep one exporter and count every TrainJob event exactly once, or within the bound docs/leadership.md
+states for a takeover without a valid hand-over watermark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.kube.microtime import parse_microtime
+from app.kube.resources import LEASES
+from app.service import WATERMARK_ANNOTATION
+from app.sim.cluster import SimulatedCluster
+from app.sim.generator import WorkloadGenerator
+from app.sim.truth import TruthSnapshot
+from tests.integration.harness import (
+    ExporterSampler,
+    Fleet,
+    Replica,
+    counter_values,
+    eventually,
+    parse_samples,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+LEASE_NS, LEASE_NAME = "default", "trainer-metrics"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimulatedCluster]:
+    async with SimulatedCluster(host="127.0.0.1", port=0) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def workload(sim: SimulatedCluster) -> WorkloadGenerator:
+    gen = WorkloadGenerator(sim.store, seed=7, max_jobs=120)
+    gen.load_runtimes()
+    gen.populate(40)
+    return gen
+
+
+async def run_generator(gen: WorkloadGenerator, seconds: float, rate: float = 60.0) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(gen.run(rate, stop))
+    await asyncio.sleep(seconds)
+    stop.set()
+    await task
+
+
+def lease(sim: SimulatedCluster) -> dict[str, Any]:
+    return sim.store.get(LEASES, LEASE_NS, LEASE_NAME)
+
+
+def summed_counts(fleet: Fleet) -> dict[str, Counter[tuple[str, ...]]]:
+    out: dict[str, Counter[tuple[str, ...]]] = {"created": Counter(), "finished": Counter()}
+    for r in fleet.replicas:
+        for kind, series in counter_values(r.service).items():
+            out[kind].update(series)
+    return out
+
+
+def truth_since(after: TruthSnapshot, before: TruthSnapshot) -> dict[str, Counter[tuple[str, ...]]]:
+    return {
+        "created": Counter(after.created_since(before)),
+        "finished": Counter(after.finished_since(before)),
+    }
+
+
+async def settle(fleet: Fleet, gen: WorkloadGenerator) -> TruthSnapshot:
+    rv = gen.truth.resource_version
+    await eventually(lambda: fleet.caught_up(rv), timeout=20, what=f"replicas caught up with rv {rv}")
+    return gen.snapshot()
+
+
+async def leadership(r: Replica) -> dict[str, Any]:
+    resp = await r.http.get("/debug/leadership")
+    assert resp.status_code == 200
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+def when(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+async def start_fleet(fleet: Fleet, sim: SimulatedCluster, tmp_path: Path, *names: str) -> Replica:
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    for name in names:
+        await fleet.add(kubeconfig, name)
+    leader = await fleet.wait_leader()
+    await fleet.wait_candidates()
+    return leader
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+async def test_two_replicas_one_exporter_and_debug_leadership(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    async with Fleet(tmp_path) as fleet:
+        leader = await start_fleet(fleet, sim, tmp_path, "a", "b")
+        follower = next(r for r in fleet.replicas if r is not leader)
+        before = workload.snapshot()
+        sampler = ExporterSampler(fleet.replicas).start()
+        try:
+            await run_generator(workload, 2.5)
+            after = await settle(fleet, workload)
+            await asyncio.sleep(0.5)  # a renew publishes the final watermark; the follower reads it
+        finally:
+            await sampler.stop()
+        sampler.assert_clean()
+        assert all(len(s.atomic) == 1 for s in sampler.samples)
+
+        # Warm standby: the follower holds the same gauges, but exports self-telemetry only.
+        lead_samples = parse_samples(await leader.metrics_text())
+        follow_text = await follower.metrics_text()
+        assert "kubeflow_trainer_" not in follow_text
+        follow_samples = parse_samples(follow_text)
+        assert lead_samples[("trainer_metrics_leader", ())] == 1
+        assert follow_samples[("trainer_metrics_leader", ())] == 0
+        assert lead_samples[("trainer_metrics_leader_transitions_total", ())] == 1
+        assert follow_samples[("trainer_metrics_leader_transitions_total", ())] == 0
+        assert dict(follower.service.metric_state.trainjobs.values) == dict(
+            leader.service.metric_state.trainjobs.values
+        )
+        # One exporter, exact counts.
+        assert counter_values(follower.service) == {"created": {}, "finished": {}}
+        assert summed_counts(fleet) == truth_since(after, before)
+
+        stored = lease(sim)
+        spec, annotations = stored["spec"], stored["metadata"]["annotations"]
+        lead, follow = await leadership(leader), await leadership(follower)
+        now = datetime.now(UTC)
+        for body, r in ((lead, leader), (follow, follower)):
+            assert body["identity"] == r.identity
+            assert body["election_enabled"] is True
+            assert body["holder"] == leader.identity
+            assert (body["lease_name"], body["lease_namespace"]) == (LEASE_NAME, LEASE_NS)
+            assert when(body["acquire_time"]) == parse_microtime(spec["acquireTime"])
+            assert body["lease_transitions"] == spec["leaseTransitions"] == 0
+            renew = when(body["renew_time"])
+            assert renew is not None and (now - renew).total_seconds() < 2.0
+            last_change = when(body["last_change"])
+            assert last_change is not None and last_change <= now
+        assert lead["is_leader"] is True and follow["is_leader"] is False
+        assert lead["transitions_seen"] == 1 and follow["transitions_seen"] == 0
+        # The leader's watermark is the highest rv it counted, and it is what the Lease carries.
+        assert lead["watermark"] == leader.service.journal.watermark
+        assert lead["watermark"] == int(annotations[WATERMARK_ANNOTATION])
+        assert lead["watermark"] >= max(e.rv for e in fleet.counted)
+        assert lead["observed_watermark"] == lead["watermark"]
+        assert follow["watermark"] is None  # never led, counted nothing
+        assert follow["observed_watermark"] == lead["watermark"]
+
+
+async def test_racing_candidates_and_conflicting_writes_keep_one_exporter(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    async with Fleet(tmp_path) as fleet:
+        # Three replicas start at once against a cluster without a Lease: they race to create it.
+        await asyncio.gather(*(fleet.add(kubeconfig, name) for name in ("a", "b", "c")))
+        sampler = ExporterSampler(fleet.replicas)
+        sampler.allow_gap(True)  # nobody leads before the first election
+        sampler.start()
+        try:
+            leader = await fleet.wait_leader()
+            await fleet.wait_candidates()
+            sampler.allow_gap(False)
+            transitions = lease(sim)["spec"].get("leaseTransitions", 0)
+            before = workload.snapshot()
+            stop = asyncio.Event()
+            gen_task = asyncio.create_task(workload.run(60.0, stop))
+            # Someone else (kubectl annotate, another controller) writes the Lease again and again: the
+            # leader's renew over its cached resourceVersion gets 409 Conflict and must re-read, not fall.
+            conflicts_before = 0
+            for i in range(15):
+                sim.store.patch(LEASES, LEASE_NS, LEASE_NAME, {"metadata": {"labels": {"poke": str(i)}}})
+                conflicts_before += 1
+                await asyncio.sleep(0.07)
+            await asyncio.sleep(1.0)
+            stop.set()
+            await gen_task
+            after = await settle(fleet, workload)
+        finally:
+            await sampler.stop()
+        sampler.assert_clean()
+        assert fleet.leaders() == [leader]
+        assert leader.service.elector is not None and leader.service.elector.transitions_seen == 1
+        followers = [r.service.elector for r in fleet.replicas if r is not leader]
+        assert all(e is not None and e.transitions_seen == 0 for e in followers)
+        assert lease(sim)["spec"]["holderIdentity"] == leader.identity
+        assert lease(sim)["spec"].get("leaseTransitions", 0) == transitions
+        assert summed_counts(fleet) == truth_since(after, before)
+        print(f"\nrace + {conflicts_before} conflicting writes: {sampler.describe()}")
+
+
+async def test_lease_deleted_under_the_leader(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    async with Fleet(tmp_path) as fleet:
+        leader = await start_fleet(fleet, sim, tmp_path, "a", "b")
+        first = lease(sim)
+        before = workload.snapshot()
+        sampler = ExporterSampler(fleet.replicas).start()
+        stop = asyncio.Event()
+        gen_task = asyncio.create_task(workload.run(60.0, stop))
+        try:
+            await asyncio.sleep(0.8)
+            sim.store.delete(LEASES, LEASE_NS, LEASE_NAME)  # kubectl delete lease, under the leader
+            deleted_at = time.monotonic()
+            # The leader recreates it on its next renew; the follower must not grab it meanwhile.
+            recreated = await eventually(
+                lambda: _lease_or_none(sim), timeout=5, interval=0.01, what="Lease recreated"
+            )
+            recreated_after = time.monotonic() - deleted_at
+            await asyncio.sleep(2.5)  # longer than the lease duration: the follower stays a follower
+            stop.set()
+            await gen_task
+            after = await settle(fleet, workload)
+        finally:
+            stop.set()
+            await sampler.stop()
+        sampler.assert_clean()  # no gap allowed: the leader never stopped exporting
+        assert fleet.leaders() == [leader]
+        assert recreated["spec"]["holderIdentity"] == leader.identity
+        assert recreated["metadata"]["uid"] != first["metadata"]["uid"]
+        # Same term: acquireTime and transitions carried over, watermark published again.
+        assert recreated["spec"]["acquireTime"] == first["spec"]["acquireTime"]
+        assert recreated["spec"]["leaseTransitions"] == first["spec"]["leaseTransitions"]
+        assert WATERMARK_ANNOTATION in recreated["metadata"]["annotations"]
+        assert recreated_after < 1.0  # within a renew round
+        assert summed_counts(fleet) == truth_since(after, before)
+        print(f"\nLease recreated {recreated_after:.3f} s after deletion; {sampler.describe()}")
+
+
+def _served_twice(sim: SimulatedCluster, counter: str) -> Callable[[], bool]:
+    return lambda: sim.faults.counters[counter] >= 2
+
+
+def _watermark_is_number(sim: SimulatedCluster) -> bool:
+    return bool(lease(sim)["metadata"]["annotations"][WATERMARK_ANNOTATION].isdigit())
+
+
+def _lease_or_none(sim: SimulatedCluster) -> dict[str, Any] | None:
+    try:
+        return lease(sim)
+    except Exception:
+        return None
+
+
+async def test_garbage_watermark_on_a_held_lease_is_overwritten(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    async with Fleet(tmp_path) as fleet:
+        leader = await start_fleet(fleet, sim, tmp_path, "a", "b")
+        follower = next(r for r in fleet.replicas if r is not leader)
+        before = workload.snapshot()
+        sampler = ExporterSampler(fleet.replicas).start()
+        stop = asyncio.Event()
+        gen_task = asyncio.create_task(workload.run(60.0, stop))
+        try:
+            await asyncio.sleep(0.5)
+            for garbage in ("not-a-number", "", "12abc", "\u00e9\u00e9"):
+                sim.store.patch(
+                    LEASES,
+                    LEASE_NS,
+                    LEASE_NAME,
+                    {"metadata": {"annotations": {WATERMARK_ANNOTATION: garbage, "x/other": "{[garbage"}}},
+                )
+                # The next renew writes the leader's own watermark over it.
+                await eventually(lambda: _watermark_is_number(sim), timeout=3, what="watermark rewritten")
+            await asyncio.sleep(0.5)
+            stop.set()
+            await gen_task
+            after = await settle(fleet, workload)
+            await asyncio.sleep(0.5)
+        finally:
+            stop.set()
+            await sampler.stop()
+        sampler.assert_clean()
+        assert fleet.leaders() == [leader]
+        annotations = lease(sim)["metadata"]["annotations"]
+        assert annotations["x/other"] == "{[garbage"  # other annotations are kept
+        assert summed_counts(fleet) == truth_since(after, before)
+        follow = await leadership(follower)
+        assert follow["observed_watermark"] == leader.service.journal.watermark
+
+
+async def test_garbage_watermark_at_takeover_does_not_recount_history(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    """A crashed leader's Lease whose watermark is garbage when the follower takes it over.
+
+    Documented bound: nothing is counted twice beyond the events the old leader counted after the last
+    valid watermark the Lease carried (the follower saw it on its polls); a takeover without a readable
+    watermark must not replay the whole journal (which recounts everything the old leader counted)."""
+    async with Fleet(tmp_path) as fleet:
+        a = await start_fleet(fleet, sim, tmp_path, "a")
+        b = await fleet.add(sim.write_kubeconfig(tmp_path / "kubeconfig-b"), "b")
+        await fleet.wait_candidates()
+        before = workload.snapshot()
+        stop = asyncio.Event()
+        gen_task = asyncio.create_task(workload.run(60.0, stop))
+        sampler = ExporterSampler(fleet.replicas).start()
+        try:
+            await asyncio.sleep(1.5)
+            sampler.allow_gap(True)
+            await a.service.kill()
+            await asyncio.sleep(0.3)
+            valid = int(lease(sim)["metadata"]["annotations"][WATERMARK_ANNOTATION])
+            sim.store.patch(
+                LEASES, LEASE_NS, LEASE_NAME, {"metadata": {"annotations": {WATERMARK_ANNOTATION: "garbage"}}}
+            )
+            await eventually(lambda: b.service.journal.leading, timeout=10, what="b leads")
+            sampler.allow_gap(False)
+            await asyncio.sleep(1.0)
+            stop.set()
+            await gen_task
+            after = await settle(fleet, workload)
+        finally:
+            stop.set()
+            await sampler.stop()
+        sampler.assert_clean()
+        summed, truth = summed_counts(fleet), truth_since(after, before)
+        over = {kind: summed[kind] - truth[kind] for kind in summed}
+        lost = {kind: truth[kind] - summed[kind] for kind in summed}
+        assert not any(lost.values()), lost
+        allowed = sum(1 for e in fleet.counted if e.identity == "a" and e.rv > valid)
+        recounted = sum(sum(c.values()) for c in over.values())
+        assert recounted <= allowed, (
+            f"recounted {recounted}, bound {allowed} (a counted {a.service.journal.counted})"
+        )
+        print(f"\ngarbage watermark at takeover: recounted {recounted}, bound {allowed}")
+
+
+async def test_brief_api_errors_during_renew_keep_the_leader(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    async with Fleet(tmp_path) as fleet:
+        leader = await start_fleet(fleet, sim, tmp_path, "a", "b")
+        before = workload.snapshot()
+        sampler = ExporterSampler(fleet.replicas).start()
+        stop = asyncio.Event()
+        gen_task = asyncio.create_task(workload.run(60.0, stop))
+        try:
+            for status in (429, 503, 500, 504):
+                # Two renew PUTs fail (the fast path and the PUT after its fallback GET): well inside
+                # the renew deadline, so leadership holds and nothing is handed over.
+                sim.faults.fail_next(2, status=status, resource="leases", method="PUT")
+                served = f"status_{status}"
+                await eventually(_served_twice(sim, served), timeout=3, what=served)
+                await asyncio.sleep(0.4)
+            stop.set()
+            await gen_task
+            after = await settle(fleet, workload)
+        finally:
+            stop.set()
+            await sampler.stop()
+            sim.faults.clear()
+        sampler.assert_clean()
+        assert fleet.leaders() == [leader]
+        assert leader.service.elector is not None and leader.service.elector.transitions_seen == 1
+        assert summed_counts(fleet) == truth_since(after, before)
