@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import time
@@ -37,6 +38,7 @@ from app.metrics.exposition import MetricsExposition
 from app.metrics.journal import CountJournal
 from app.metrics.telemetry import SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
+from app.trainer.events import CountableEvent
 from app.trainer.projections import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
@@ -50,15 +52,32 @@ WATERMARK_ANNOTATION = "trainer-metrics.kubeflow.org/watermark"
 _HOUSEKEEPING_INTERVAL = 1.0
 
 
-def _parse_watermark(annotations: Mapping[str, str]) -> int | None:
+Watermarks = dict[str, int]  # per watch stream: "" (all namespaces) or a namespace name
+
+
+def format_watermarks(watermarks: Watermarks) -> str:
+    """One stream: the bare resourceVersion; several: a JSON object by namespace."""
+    if set(watermarks) == {""}:
+        return str(watermarks[""])
+    return json.dumps(watermarks, sort_keys=True, separators=(",", ":"))
+
+
+def parse_watermarks(annotations: Mapping[str, str]) -> Watermarks | None:
     raw = annotations.get(WATERMARK_ANNOTATION)
     if raw is None:
         return None
     try:
-        return int(raw)
+        value = json.loads(raw)
     except ValueError:
-        log.warning("ignoring malformed hand-over watermark %r in the Lease", raw[:64])
-        return None
+        value = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"": value}
+    if isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items()
+    ):
+        return value
+    log.warning("ignoring malformed hand-over watermark %r in the Lease", raw[:64])
+    return None
 
 
 def _utc(epoch: float | None) -> datetime | None:
@@ -79,7 +98,11 @@ class Service:
         # The provider closes over self.state, built just below: runtime_info is read at render time only.
         self.metric_state = TrainerMetricState(runtime_provider=lambda: self.state.runtime_info())  # noqa: PLW0108
         self.journal = CountJournal(
-            self.metric_state, journal_size=settings.handover_journal_size, telemetry=self.telemetry
+            self.metric_state,
+            journal_size=settings.handover_journal_size,
+            telemetry=self.telemetry,
+            # One TrainJob watch per configured namespace, else one over all namespaces.
+            stream_of=_namespace_stream if settings.namespaces else None,
         )
         self.state = TrainerState(self.journal, max_unknown_runtime_refs=settings.max_unknown_runtime_refs)
         self.exposition = MetricsExposition(self.registry)
@@ -91,7 +114,7 @@ class Service:
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: list[str] = []
         self._started_at = time.monotonic()
-        self._seen_watermark: int | None = None  # highest hand-over watermark seen in the Lease
+        self._seen_watermarks: Watermarks | None = None  # highest hand-over watermarks seen in the Lease
         self._seen_record = False  # any readable Lease record seen (someone may have been leading)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -203,16 +226,21 @@ class Service:
     # --- leadership ------------------------------------------------------------------------------
 
     def _lease_annotations(self) -> dict[str, str]:
-        watermark = self.journal.watermark
-        return {WATERMARK_ANNOTATION: str(watermark)} if watermark is not None else {}
+        watermarks = self.journal.watermarks
+        return {WATERMARK_ANNOTATION: format_watermarks(watermarks)} if watermarks else {}
 
     def _remember_watermark(self, record: LeaseRecord) -> None:
         self._seen_record = True
-        watermark = _parse_watermark(record.annotations)
-        if watermark is not None and (self._seen_watermark is None or watermark > self._seen_watermark):
-            self._seen_watermark = watermark
+        watermarks = parse_watermarks(record.annotations)
+        if watermarks is None:
+            return
+        seen = self._seen_watermarks if self._seen_watermarks is not None else {}
+        for stream, rv in watermarks.items():
+            if rv > seen.get(stream, -1):
+                seen[stream] = rv
+        self._seen_watermarks = seen
 
-    def _takeover_floor(self, previous: LeaseRecord | None) -> int | None:
+    def _takeover_floor(self, previous: LeaseRecord | None) -> Watermarks | int | None:
         """The resourceVersion up to which the previous leader counted (see app/metrics/journal.py).
 
         The record we took over says it; if its watermark is missing or unreadable, the highest one
@@ -221,11 +249,11 @@ class Service:
         None (unknown: count only from now on) rather than recount another leader's events.
         """
         if previous is not None:
-            watermark = _parse_watermark(previous.annotations)
-            if watermark is not None:
-                return watermark
-        if self._seen_watermark is not None:
-            return self._seen_watermark
+            watermarks = parse_watermarks(previous.annotations)
+            if watermarks is not None:
+                return watermarks
+        if self._seen_watermarks is not None:
+            return dict(self._seen_watermarks)
         return 0 if previous is None and not self._seen_record else None
 
     def _start_exporting(self, previous: LeaseRecord | None) -> None:
@@ -329,7 +357,6 @@ class Service:
 
     def leadership(self) -> LeadershipResponse:
         s = self.settings
-        observed = None
         if self.elector is None:
             return LeadershipResponse(
                 identity=s.identity,
@@ -342,12 +369,14 @@ class Service:
                 renew_time=None,
                 lease_transitions=None,
                 watermark=self.journal.watermark,
+                watermarks=self.journal.watermarks,
                 observed_watermark=None,
                 transitions_seen=0,
                 last_change=None,
             )
         st = self.elector.status()
-        observed = _parse_watermark(st.annotations)
+        observed_streams = parse_watermarks(st.annotations)
+        observed = max(observed_streams.values(), default=None) if observed_streams else None
         return LeadershipResponse(
             identity=st.identity,
             is_leader=st.is_leader,
@@ -359,6 +388,7 @@ class Service:
             renew_time=st.renew_time,
             lease_transitions=st.lease_transitions,
             watermark=self.journal.watermark,
+            watermarks=self.journal.watermarks,
             observed_watermark=observed,
             transitions_seen=st.transitions_seen,
             last_change=st.last_change,
@@ -377,3 +407,7 @@ class _Callbacks:
 
     def on_new_leader(self, identity: str | None) -> None:
         pass  # the elector logs it; the service acts only on its own leadership
+
+
+def _namespace_stream(event: CountableEvent) -> str:
+    return event.namespace

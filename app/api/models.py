@@ -78,7 +78,11 @@ class LeadershipResponse(BaseModel):
     acquire_time: datetime | None
     renew_time: datetime | None
     lease_transitions: int | None
-    watermark: int | None = Field(description="Highest TrainJob resourceVersion this replica has counted.")
+    watermark: int | None = Field(description="Highest TrainJob resourceVersion counted (over all streams).")
+    watermarks: dict[str, int] = Field(
+        default_factory=dict,
+        description='Hand-over watermark per TrainJob watch stream ("" = all namespaces, else a namespace).',
+    )
     observed_watermark: int | None = Field(description="Watermark last published in the Lease.")
     transitions_seen: int = Field(description="Leadership changes of this replica since start.")
     last_change: datetime | None

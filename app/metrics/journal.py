@@ -44,12 +44,17 @@ Limits:
   that nobody counted anything (for example the Lease was just created): everything remembered is
   counted.
 
+Watermarks are per watch stream (``stream_of(event)``): resourceVersions are ordered within one watch,
+not across several. The service watches TrainJobs either in all namespaces (one stream, "") or in each
+configured namespace (one stream each, named by the namespace), and publishes one watermark per stream.
+
 Everything runs on the event loop thread.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from app.trainer.events import CountableEvent, GaugeKey, TrainerSink
@@ -85,17 +90,27 @@ class CountJournal:
     """
 
     def __init__(
-        self, target: TrainerSink, *, journal_size: int, telemetry: JournalTelemetry | None = None
+        self,
+        target: TrainerSink,
+        *,
+        journal_size: int,
+        telemetry: JournalTelemetry | None = None,
+        stream_of: Callable[[CountableEvent], str] | None = None,
     ) -> None:
         if journal_size < 0:
             raise ValueError("journal_size must be >= 0")
         self._target = target
         self._telemetry = telemetry
+        # Watermarks are kept per watch stream: rvs are ordered within one stream only, and with
+        # several namespaced TrainJob watches one stream can lag another. "" is the single stream of a
+        # watch over all namespaces.
+        self._stream_of = stream_of or _single_stream
         self._journal: deque[_Entry] = deque(maxlen=journal_size)
         self._journal_size = journal_size
         self._leading = False
-        self._floor: int | None = None  # previous leader's watermark: events at or below were counted
-        self._watermark: int | None = None
+        # Previous leader's watermarks: events at or below were counted. None: nothing known.
+        self._floors: dict[str, int] | None = None
+        self._watermarks: dict[str, int] = {}
         # Totals since the process started, also exported through telemetry.
         self.replayed = 0
         self.skipped = 0
@@ -110,11 +125,15 @@ class CountJournal:
 
     @property
     def watermark(self) -> int | None:
-        """Highest rv counted by the leaders so far, as this replica knows it (None: nothing known).
+        """Highest rv counted by the leaders so far over all streams (None: nothing known)."""
+        return max(self._watermarks.values()) if self._watermarks else None
 
-        While leading: max(previous watermark, rv of every event counted this term). Publish it with
-        every Lease renewal."""
-        return self._watermark
+    @property
+    def watermarks(self) -> dict[str, int]:
+        """Highest rv counted per stream, as this replica knows it. Publish it with every Lease renewal.
+
+        While leading: max(previous watermark, rv of every event counted this term), per stream."""
+        return dict(self._watermarks)
 
     @property
     def remembered(self) -> int:
@@ -127,7 +146,7 @@ class CountJournal:
     # --- TrainerSink -------------------------------------------------------------------------------
 
     def on_countable(self, event: CountableEvent) -> None:
-        counted = self._leading and not self._already_counted(event.rv)
+        counted = self._leading and not self._already_counted(event)
         if self._journal_size:
             if len(self._journal) == self._journal_size:
                 # deque(maxlen) drops the oldest silently; count it so operators can size the journal.
@@ -150,23 +169,30 @@ class CountJournal:
 
     # --- leadership --------------------------------------------------------------------------------
 
-    def start_leading(self, previous_watermark: int | None) -> int:
+    def start_leading(self, previous_watermark: int | Mapping[str, int] | None) -> int:
         """Start counting; replay remembered events above ``previous_watermark``. Returns how many.
 
-        See the module docstring for what None and 0 mean. Calling it while already leading restarts
-        the term with the new floor (nothing is counted twice: entries are marked when counted)."""
+        ``previous_watermark`` is per stream (a mapping; a stream it does not name falls back to the
+        entry for "", if any) or one int for every stream. See the module docstring for what None
+        and 0 mean. Calling it while already leading restarts the term with the new floor (nothing is
+        counted twice: entries are marked when counted)."""
         self._leading = True
-        self._floor = previous_watermark
-        if previous_watermark is not None:
-            self._watermark = previous_watermark
-        # else: keep what this replica itself counted in earlier terms (None if nothing): it is the
-        # best knowledge there is, and it only moves up from here.
+        if previous_watermark is None:
+            self._floors = None
+            # Keep what this replica itself counted in earlier terms (if anything): it is the best
+            # knowledge there is, and it only moves up from here.
+        else:
+            floors = (
+                {"": previous_watermark} if isinstance(previous_watermark, int) else dict(previous_watermark)
+            )
+            self._floors = floors
+            self._watermarks = dict(floors)
         if self._telemetry is not None:
             self._telemetry.set_leader(True)
         replayed = 0
-        if previous_watermark is not None:
+        if self._floors is not None:
             for entry in self._journal:
-                if entry.counted or entry.event.rv <= previous_watermark:
+                if entry.counted or self._already_counted(entry.event):
                     continue
                 entry.counted = True
                 self._count(entry.event)
@@ -177,20 +203,29 @@ class CountJournal:
         return replayed
 
     def stop_leading(self) -> int | None:
-        """Stop counting at once; return the final watermark to publish for the next leader."""
+        """Stop counting at once; return the final (highest) watermark; ``watermarks`` has them all."""
         if self._leading and self._telemetry is not None:
             self._telemetry.set_leader(False)
         self._leading = False
-        self._floor = None
-        return self._watermark
+        self._floors = None
+        return self.watermark
 
     # --- internals ---------------------------------------------------------------------------------
 
-    def _already_counted(self, rv: int) -> bool:
-        return self._floor is not None and rv <= self._floor
+    def _already_counted(self, event: CountableEvent) -> bool:
+        floors = self._floors
+        if floors is None:
+            return False
+        floor = floors.get(self._stream_of(event), floors.get(""))
+        return floor is not None and event.rv <= floor
 
     def _count(self, event: CountableEvent) -> None:
         self._target.on_countable(event)
         self.counted += 1
-        if self._watermark is None or event.rv > self._watermark:
-            self._watermark = event.rv
+        stream = self._stream_of(event)
+        if event.rv > self._watermarks.get(stream, -1):
+            self._watermarks[stream] = event.rv
+
+
+def _single_stream(event: CountableEvent) -> str:
+    return ""

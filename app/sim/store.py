@@ -857,8 +857,10 @@ class Store:
             self.counters["noop_writes"] += 1
             return entry, False
         new_meta = new_obj["metadata"] = dict(new_obj["metadata"])
-        if schema.generation and subresource != "status" and _spec_changed(
-            new_obj, entry.obj, schema.status_subresource
+        if (
+            schema.generation
+            and subresource != "status"
+            and _spec_changed(new_obj, entry.obj, schema.status_subresource)
         ):
             new_meta["generation"] = int(stored_meta.get("generation", 1)) + 1
         new_meta["managedFields"] = _merge_managed(

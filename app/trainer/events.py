@@ -33,6 +33,7 @@ class JobFinished:
     reason: str  # "none" on success, else one of rules.FAILURE_REASONS or "other"
     runtime_ref: str
     lifetime_seconds: float | None  # None when a timestamp is missing or unparsable
+    namespace: str = ""  # not a label: it names the watch stream the edge came from (hand-over)
 
 
 CountableEvent = JobCreated | JobFinished

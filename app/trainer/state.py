@@ -323,6 +323,7 @@ class TrainerState:
             reason=rules.reason_bucket(job.result, job.reason),
             runtime_ref=self._effective(job.runtime_ref),
             lifetime_seconds=rules.lifetime_seconds(job.created, job.terminal_time),
+            namespace=job.namespace,
         )
 
     def _count_created(self, job: TrainJobProjection) -> None:

@@ -182,6 +182,15 @@ def _event_keys(event: JobCreated | JobFinished) -> list[tuple[str, tuple[str, .
     ]
 
 
+def _floor_used(journal: CountJournal, parsed: int | None) -> int | None:
+    """The floor the journal actually started from (single TrainJob stream), else the Lease's value."""
+    floors = getattr(journal, "_floors", None)  # per-stream floors (newer journal)
+    if isinstance(floors, dict):
+        return floors.get("", max(floors.values(), default=None)) if floors else None
+    floor = getattr(journal, "_floor", parsed)
+    return floor if isinstance(floor, int) else parsed
+
+
 @dataclass
 class Term:
     identity: str
@@ -221,6 +230,7 @@ class Recorder:
                 floor = int(raw) if raw is not None and raw.isdigit() else None
             before = counter_values(service)
             orig_start(previous)
+            floor = _floor_used(service.journal, floor)
             term = Term(identity, self.now(), floor, before)
             self.open[identity] = term
             self.terms.append(term)

@@ -206,14 +206,17 @@ class Prometheus:
         return list(self._api("/api/v1/targets", {"state": "active"})["activeTargets"])
 
     def last_scrape_after(self, job: str, after: float, timeout: float = 20.0) -> float:
-        """Wait until the newest sample of ``up{job}`` was scraped at wall time > ``after``; its time."""
+        """Wait for a successful scrape of ``job`` that started at wall time > ``after``; its timestamp
+        (an instant query at it reads exactly that scrape's samples)."""
+        # One evaluation, so the timestamp and the `up` value belong to the same scrape.
+        expr = f'timestamp(up{{job="{job}"}}) and up{{job="{job}"}} == 1'
 
         def newest() -> float | None:
-            result = self.query(f'timestamp(up{{job="{job}"}})')
+            result = self.query(expr)
             stamp = float(result[0]["value"][1]) if result else 0.0
             return stamp if stamp > after else None
 
-        return wait_for(newest, timeout=timeout, what=f"a scrape of {job} after {after:.3f}")
+        return wait_for(newest, timeout=timeout, what=f"a successful scrape of {job} after {after:.3f}")
 
 
 def finite(series_list: list[dict[str, Any]]) -> int:

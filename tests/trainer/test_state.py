@@ -215,6 +215,7 @@ def test_terminal_edge_counted_once_whatever_the_updates() -> None:
             reason="ReachedMaxRestarts",
             runtime_ref=TORCH,
             lifetime_seconds=1800.0,
+            namespace="team-a",
         )
     ]
     assert sink.gauge == {("team-a", TORCH, "failed"): 1}
