@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Protocol
 
 from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from app.api.models import (
@@ -39,6 +40,16 @@ class ServiceView(Protocol):
     def terminal_page(self, limit: int, continue_token: str | None) -> TerminalPage: ...
 
     def leadership(self) -> LeadershipResponse: ...
+
+
+DEBUG_PAGE_SIZE_LIMIT = "debug_page_size"  # app.metrics.telemetry.LIMITS
+
+
+def _limit_hit(view: ServiceView, limit: str) -> None:
+    """Count a safety-limit hit in the view's SelfTelemetry, when it has one (the Service does)."""
+    telemetry = getattr(view, "telemetry", None)
+    if telemetry is not None:
+        telemetry.limit_hit(limit)
 
 
 def _view(request: Request) -> ServiceView:
@@ -138,7 +149,19 @@ def build_router() -> APIRouter:
         view = _debug_view(request)
         if limit > view.terminal_page_max:
             if "limit" in request.query_params:
-                raise HTTPException(status_code=422, detail=f"limit must be at most {view.terminal_page_max}")
+                _limit_hit(view, DEBUG_PAGE_SIZE_LIMIT)
+                # FastAPI's own 422 body (HTTPValidationError): what the schema documents for 422.
+                raise RequestValidationError(
+                    [
+                        {
+                            "type": "less_than_equal",
+                            "loc": ("query", "limit"),
+                            "msg": f"limit must be at most {view.terminal_page_max}",
+                            "input": limit,
+                            "ctx": {"le": view.terminal_page_max},
+                        }
+                    ]
+                )
             limit = view.terminal_page_max  # the default page size, clamped to a smaller configured maximum
         try:
             return view.terminal_page(limit, continue_)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -129,6 +130,7 @@ _ADDED = "ADDED"
 _MODIFIED = "MODIFIED"
 _DELETED = "DELETED"
 _OBJECT_EVENTS = frozenset((_ADDED, _MODIFIED, _DELETED))
+_QUICK_RELIST_INTERVAL = 10.0  # at most one un-backed-off relist after 410 Expired per this many seconds
 
 
 class _WatchStop(Exception):
@@ -235,6 +237,8 @@ class Informer(Generic[T]):
 
         opts = self._options
         self._backoff = Backoff(opts.backoff_base, opts.backoff_cap, reset_after=opts.backoff_reset)
+        self._last_quick_relist = -math.inf
+        self._last_watch_silent = False  # the previous watch ended by the inactivity timeout
         # Generic msgspec Structs are parametrised at runtime with the projector's wire type.
         self._event_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(
             cast(Any, WatchEvent)[projector.wire_type]
@@ -299,7 +303,14 @@ class Informer(Generic[T]):
                     c.relists[stop.relist] += 1
                     need_list = True
                     list_rv = "" if stop.fresh else self.resource_version
-                if stop.backoff:
+                now = time.monotonic()
+                if stop.reason == "expired" and now - self._last_quick_relist > _QUICK_RELIST_INTERVAL:
+                    # 410 is the watch cache's normal horizon, not a server failure: relist soon, without
+                    # growing the backoff, since a long pause is a window in which a TrainJob can finish
+                    # and be deleted unseen. Repeated 410s fall back to the backoff (no relist storm).
+                    self._last_quick_relist = now
+                    await self._sleep(random.uniform(0.0, self._options.backoff_base))
+                elif stop.backoff:
                     await self._sleep(max(self._backoff.next_delay(), stop.retry_after))
             except asyncio.CancelledError:
                 self._watching = False
@@ -473,7 +484,11 @@ class Informer(Generic[T]):
         try:
             async with self._client.stream(self._path, query=query, timeout=timeout) as resp:
                 self._watching = True
-                self.last_activity = time.monotonic()
+                # A new stream counts as activity, except after a watch that went silent: a stalled
+                # server still answers with headers, and counting them would let a dead watch look
+                # fresh after every reconnect. Then only bytes (an event, a bookmark) clear staleness.
+                if not self._last_watch_silent:
+                    self.last_activity = time.monotonic()
                 await self._consume(resp)
             stop = _CLOSED
         except _WatchStop as exc:
@@ -486,6 +501,7 @@ class Informer(Generic[T]):
             stop = _RESET
         finally:
             self._watching = False
+        self._last_watch_silent = stop is _INACTIVE
         if (
             stop.relist is None
             and not stop.backoff

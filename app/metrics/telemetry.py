@@ -16,6 +16,7 @@ from prometheus_client import (
     GCCollector,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 
 from app import __version__
@@ -25,6 +26,11 @@ __all__ = ["LIMITS", "SelfTelemetry"]
 # Safety limits whose hits are counted: distinct runtime refs beyond the cap collapsed into
 # "unknown", objects larger than max_object_bytes skipped, /debug pages clamped to terminal_page_max.
 LIMITS = ("unknown_runtime_refs", "object_too_large", "debug_page_size")
+
+
+# A `*_created` series per counter doubles the self-telemetry series for no operational value (the
+# process start time is exported already). Process-wide, which is what we want in this service.
+disable_created_metrics()
 
 
 class SelfTelemetry:

@@ -20,13 +20,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 CONFIG = SoakConfig(fault_seconds=100.0, warmup_seconds=25.0)
 
-STALE_FLAPS = (
-    "app/kube/informer.py: the watch re-opened after the inactivity timeout counts its response headers as "
-    "activity, so a silently stalled informer is stale for ~5 ms per inactivity period only and /readyz "
-    "stays 200 (see tests/chaos/test_stale_watch.py and docs/reliability.md)"
-)
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     workdir = tmp_path_factory.mktemp("soak")
@@ -96,7 +89,6 @@ def test_readiness_recovers_after_every_stall(report: dict[str, Any]) -> None:
         assert all(s["ready_again_within_15s"].values()), s
 
 
-@pytest.mark.xfail(strict=True, reason=STALE_FLAPS)
 def test_readiness_false_while_a_watch_is_stalled(report: dict[str, Any]) -> None:
     """From the inactivity timeout (+0.5 s) to the end of each stall, /readyz of every replica is 503 in at
     least 80 % of the samples (it should be 100 %: the stalled informer stays stale until bytes arrive)."""

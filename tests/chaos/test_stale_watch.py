@@ -30,14 +30,6 @@ pytestmark = pytest.mark.timeout(120)
 INACTIVITY = 2.0
 INFORMER = "trainjobs"
 
-STALE_FLAPS = (
-    "app/kube/informer.py Informer._watch sets last_activity when a new watch is established (response "
-    "headers), so the watch the informer re-opens after the inactivity timeout clears `stale` although it "
-    "delivers nothing: during a silent stall /readyz is 503 only ~5 ms per inactivity period. Fix: count "
-    "only received bytes and completed lists as activity (drop the assignment after `self._watching = True`)."
-)
-
-
 async def _stale_gauge(r: Replica, informer: str = INFORMER) -> float:
     return total(await r.samples(), "trainer_metrics_informer_stale", informer=informer)
 
@@ -77,7 +69,6 @@ async def one(sim: SimulatedCluster, gen: WorkloadGenerator, tmp_path: Path) -> 
         yield r
 
 
-@pytest.mark.xfail(strict=True, reason=STALE_FLAPS)
 async def test_silent_watch_is_reported_stale_until_it_recovers(sim: SimulatedCluster, one: Replica) -> None:
     """Within the inactivity timeout /readyz is 503 naming the TrainJob informer and the stale gauge is 1,
     and both stay so for as long as the stall lasts (here three more inactivity timeouts)."""

@@ -136,9 +136,9 @@ class InProcessService:
         return asyncio.run_coroutine_threadsafe(halt(), self._loop).result(30)
 
     def truth(self) -> TruthSnapshot:
-        return self.call(lambda: self._gen().snapshot())
+        return self.call(lambda: self.gen().snapshot())
 
-    def _gen(self) -> WorkloadGenerator:
+    def gen(self) -> WorkloadGenerator:
         assert self.generator is not None
         return self.generator
 

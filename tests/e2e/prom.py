@@ -49,12 +49,13 @@ def wait_for(check: Callable[[], T | None], *, timeout: float, what: str, interv
     last: Any = None
     while True:
         try:
-            last = check()
+            value = check()
         except (httpx.HTTPError, OSError) as exc:
             last = exc
         else:
-            if last:
-                return last
+            if value:
+                return value
+            last = value
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
         time.sleep(interval)
@@ -116,7 +117,6 @@ class Prometheus:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    start_new_session=True,
                 )
             self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10.0)
             deadline = time.monotonic() + timeout

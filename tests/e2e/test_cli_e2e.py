@@ -85,7 +85,6 @@ def start_cli(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                start_new_session=True,
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:

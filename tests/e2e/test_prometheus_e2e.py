@@ -234,7 +234,7 @@ def test_the_workload_ran(e2e: E2E) -> None:
 
 def test_runtime_info_counts_the_runtimes_the_generator_created(e2e: E2E) -> None:
     prom, at = e2e.prom, e2e.eval_time
-    generator_runtimes = e2e.service.call(lambda: sorted(e2e.service._gen().truth.runtimes))
+    generator_runtimes = e2e.service.call(lambda: sorted(e2e.service.gen().truth.runtimes))
     assert len(e2e.service.runtime_refs) == len(generator_runtimes) >= 5
     assert prom.scalar(f'count(kubeflow_trainer_runtime_info{{job="{JOB}"}})', at) == len(generator_runtimes)
     got = prom.values(f'kubeflow_trainer_runtime_info{{job="{JOB}"}}', "kind", "namespace", "name", at=at)
@@ -248,16 +248,14 @@ def test_runtime_info_counts_the_runtimes_the_generator_created(e2e: E2E) -> Non
 
 def test_trainjobs_gauge_equals_the_live_jobs(e2e: E2E) -> None:
     prom, at = e2e.prom, e2e.eval_time
-    live = e2e.service.call(lambda: len(e2e.service._gen().jobs))
-    truth_jobs = dict(e2e.after.jobs)
+    live = e2e.service.call(lambda: len(e2e.service.gen().jobs))
+    truth_jobs = {k: float(v) for k, v in e2e.after.jobs.items()}
     assert sum(truth_jobs.values()) == live
     assert prom.scalar(f'sum(kubeflow_trainer_trainjobs{{job="{JOB}"}})', at) == live
     got = prom.values(
         f'kubeflow_trainer_trainjobs{{job="{JOB}"}}', "namespace", "runtime_ref", "state", at=at
     )
-    assert nonzero(got) == {k: float(v) for k, v in truth_jobs.items()}, mismatch(
-        "trainjobs", got, truth_jobs
-    )
+    assert nonzero(got) == truth_jobs, mismatch("trainjobs", got, truth_jobs)
 
 
 @pytest.mark.parametrize(("key", "name", "labels"), TRAINER_SERIES, ids=[t[1] for t in TRAINER_SERIES])
