@@ -104,7 +104,11 @@ class Service:
             # One TrainJob watch per configured namespace, else one over all namespaces.
             stream_of=_namespace_stream if settings.namespaces else None,
         )
-        self.state = TrainerState(self.journal, max_unknown_runtime_refs=settings.max_unknown_runtime_refs)
+        self.state = TrainerState(
+            self.journal,
+            max_unknown_runtime_refs=settings.max_unknown_runtime_refs,
+            on_limit=self.telemetry.limit_hit,
+        )
         self.exposition = MetricsExposition(self.registry)
 
         self.client: KubeClient | None = None
@@ -162,7 +166,14 @@ class Service:
 
         def informer(resource: ResourceKind, ns: str | None, projector: Any, handler: Any) -> Informer[Any]:
             return Informer(
-                client, resource, ns, projector, handler, options=options, telemetry=self.informer_telemetry
+                client,
+                resource,
+                ns,
+                projector,
+                handler,
+                options=options,
+                telemetry=self.informer_telemetry,
+                on_limit=self.telemetry.limit_hit,
             )
 
         self._trainjob_informers = [informer(TRAINJOBS, ns, TRAINJOB_PROJECTOR, jobs) for ns in scopes]

@@ -187,15 +187,15 @@ async def _baseline_rate(kubeconfig: str, events: int) -> float:
 
 
 async def _fetch_lines(url: str, events: int) -> list[bytes]:
+    chunks: list[bytes] = []
+    newlines = 0
     async with aiohttp.ClientSession() as session, session.get(url + TRAINJOBS_PATH + "?watch=true") as resp:
-        body = b""
-        lines: list[bytes] = []
         async for chunk in resp.content.iter_any():
-            body += chunk
-            if body.count(b"\n") >= events:
+            chunks.append(chunk)
+            newlines += chunk.count(b"\n")
+            if newlines >= events:
                 break
-    lines = body.split(b"\n")[:events]
-    return lines
+    return b"".join(chunks).split(b"\n")[:events]
 
 
 def _decode_rates(lines: list[bytes]) -> tuple[float, float]:

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -159,6 +160,27 @@ _INACTIVE = _WatchStop("inactivity")
 _RESET = _WatchStop("reset")
 
 
+# Deeper JSON than the interpreter's recursion limit makes msgspec raise RecursionError, even inside
+# fields it skips; one such object would otherwise fail every LIST. Retrying under a higher limit
+# decodes it (msgspec's per-level C stack use is small); past that the object counts as malformed.
+_DEEP_RECURSION_LIMIT = 20_000
+
+
+def _decode_deep(decoder: msgspec.json.Decoder[Any], data: bytes | bytearray | memoryview) -> Any:
+    try:
+        return decoder.decode(data)
+    except RecursionError:
+        pass
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, _DEEP_RECURSION_LIMIT))
+    try:
+        return decoder.decode(data)
+    except RecursionError as exc:
+        raise msgspec.DecodeError(f"JSON nested too deeply: {exc}") from None
+    finally:
+        sys.setrecursionlimit(previous)
+
+
 def _meta(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):
         meta = raw.get("metadata")
@@ -225,12 +247,14 @@ class Informer(Generic[T]):
         options: InformerOptions | None = None,
         telemetry: InformerTelemetry | None = None,
         name: str | None = None,
+        on_limit: Callable[[str], None] | None = None,
     ) -> None:
         self._client = client
         self.resource = resource
         self.namespace = namespace if resource.namespaced else None
         self._path = resource.collection_path(self.namespace)
         self._projector = projector
+        self._on_limit = on_limit  # told when a safety limit drops something (self-telemetry)
         self._handler = handler
         self._options = options or InformerOptions()
         self.name = name or (f"{resource.plural}/{self.namespace}" if self.namespace else resource.plural)
@@ -389,7 +413,7 @@ class Informer(Generic[T]):
 
     def _decode_page(self, body: bytes, items: dict[str, T], unusable: set[str]) -> tuple[str, str]:
         try:
-            page = self._page_decoder.decode(body)
+            page = _decode_deep(self._page_decoder, body)
         except msgspec.DecodeError:
             return self._decode_page_tolerant(body, items, unusable)
         from_wire = self._from_wire
@@ -575,6 +599,8 @@ class Informer(Generic[T]):
 
     def _oversized(self) -> None:
         self.counters.skipped["too_large"] += 1
+        if self._on_limit is not None:
+            self._on_limit("object_too_large")
         lines = self._log.rate_limited("oversized")
         if lines is not None:
             log.warning(
@@ -588,7 +614,7 @@ class Informer(Generic[T]):
     def _process_line(self, line: bytes | bytearray | memoryview) -> None:
         """Fast path: typed decode of ADDED/MODIFIED/DELETED. Everything else goes the tolerant way."""
         try:
-            event = self._event_decoder.decode(line)
+            event = _decode_deep(self._event_decoder, line)
         except msgspec.DecodeError:  # includes ValidationError (wrong shape, BOOKMARK, ERROR Status)
             self._process_line_tolerant(line)
             return

@@ -30,7 +30,7 @@ LIMITS = ("unknown_runtime_refs", "object_too_large", "debug_page_size")
 
 # A `*_created` series per counter doubles the self-telemetry series for no operational value (the
 # process start time is exported already). Process-wide, which is what we want in this service.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 class SelfTelemetry:

@@ -95,7 +95,9 @@ def req(**fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
 dns_name = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,14}[a-z0-9])?(\.[a-z0-9]{1,5})?\Z")
 names = st.one_of(
     dns_name,
-    st.sampled_from(["torch-distributed", "deepspeed-distributed", "UPPER", "a/b", "a b", "", "-x", "x" * 254]),
+    st.sampled_from(
+        ["torch-distributed", "deepspeed-distributed", "UPPER", "a/b", "a b", "", "-x", "x" * 254]
+    ),
     small_text,
 )
 namespaces = st.one_of(st.sampled_from(["team-a", "team-b", "default", "", "a/b", "x" * 64]), dns_name)
@@ -134,8 +136,34 @@ odd_numbers = st.one_of(
     st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, -(2**63), 2**64 - 1, 2**80]),
     st.sampled_from([1.5, 2.0, -1.0, 1e308, -1e308, 0.0, -0.0, 5e-324]),
     st.sampled_from(
-        ["1.5", "1e3", "500m", "-1", "abc", "NaN", "nan", "Infinity", "-Infinity", "inf", "2", "07", "1Ki",
-         "1E", "1e400", "1e-400", "+3", ".5", "5.", "", " 4 ", "٣", "1_000", "0x10", "9" * 13, "9" * 70]
+        [
+            "1.5",
+            "1e3",
+            "500m",
+            "-1",
+            "abc",
+            "NaN",
+            "nan",
+            "Infinity",
+            "-Infinity",
+            "inf",
+            "2",
+            "07",
+            "1Ki",
+            "1E",
+            "1e400",
+            "1e-400",
+            "+3",
+            ".5",
+            "5.",
+            "",
+            " 4 ",
+            "٣",
+            "1_000",
+            "0x10",
+            "9" * 13,
+            "9" * 70,
+        ]
     ),
     st.booleans(),
     st.none(),
@@ -143,8 +171,19 @@ odd_numbers = st.one_of(
 quantities = odd_numbers
 resource_names = st.one_of(
     st.sampled_from(
-        ["nvidia.com/gpu", "amd.com/gpu", "google.com/tpu", "cpu", "memory", "GPU", "example.com/GPU-x",
-         "gpu\n{}", 'gpu"} 1\n', "gpu" * 100, "ＧＰＵ"]
+        [
+            "nvidia.com/gpu",
+            "amd.com/gpu",
+            "google.com/tpu",
+            "cpu",
+            "memory",
+            "GPU",
+            "example.com/GPU-x",
+            "gpu\n{}",
+            'gpu"} 1\n',
+            "gpu" * 100,
+            "\uff27\uff30\uff35",  # fullwidth GPU: lower() is not "gpu"
+        ]
     ),
     small_text.map(lambda s: s + "gpu"),
     _huge_text.map(lambda s: "gpu" + s),
@@ -152,10 +191,14 @@ resource_names = st.one_of(
 resource_list = maybe(st.dictionaries(resource_names, quantities, max_size=4))
 resources = maybe(obj(requests=resource_list, limits=resource_list))
 
-condition_types = st.sampled_from(["Complete", "Failed", "Suspended", "Created", "Running", "Unknown", "complete", ""])
+condition_types = st.sampled_from(
+    ["Complete", "Failed", "Suspended", "Created", "Running", "Unknown", "complete", ""]
+)
 condition_status = st.sampled_from(["True", "False", "Unknown", "true", "", "TRUE"])
 reasons = st.one_of(
-    st.sampled_from([*rules.FAILURE_REASONS, "AllJobsCompleted", "Suspended", "Resumed", "JobsCreationFailed"]),
+    st.sampled_from(
+        [*rules.FAILURE_REASONS, "AllJobsCompleted", "Suspended", "Resumed", "JobsCreationFailed"]
+    ),
     small_text,
     _huge_text,
 )
@@ -178,8 +221,16 @@ jobs_status = maybe(st.lists(maybe(obj(name=maybe(small_text), active=maybe(odd_
 runtime_ref = maybe(
     obj(
         name=maybe(names),
-        apiGroup=maybe(st.sampled_from(["trainer.kubeflow.org", "", "kubeflow.org", "evil.example.com", "TRAINER.KUBEFLOW.ORG"])),
-        kind=maybe(st.sampled_from(["TrainingRuntime", "ClusterTrainingRuntime", "", "Pod", "trainingruntime", "JobSet"])),
+        apiGroup=maybe(
+            st.sampled_from(
+                ["trainer.kubeflow.org", "", "kubeflow.org", "evil.example.com", "TRAINER.KUBEFLOW.ORG"]
+            )
+        ),
+        kind=maybe(
+            st.sampled_from(
+                ["TrainingRuntime", "ClusterTrainingRuntime", "", "Pod", "trainingruntime", "JobSet"]
+            )
+        ),
     )
 )
 
@@ -239,7 +290,11 @@ replicated_job = obj(
     template=maybe(
         obj(
             metadata=maybe(
-                obj(labels=maybe(st.dictionaries(st.just(rules.ANCESTOR_LABEL), st.sampled_from(["trainer", "x"]))))
+                obj(
+                    labels=maybe(
+                        st.dictionaries(st.just(rules.ANCESTOR_LABEL), st.sampled_from(["trainer", "x"]))
+                    )
+                )
             ),
             spec=maybe(
                 obj(template=maybe(obj(spec=maybe(obj(containers=maybe(st.lists(container, max_size=3)))))))
@@ -260,7 +315,9 @@ def runtimes(draw: st.DrawFn) -> Any:
                 namespace=maybe(namespaces),
                 uid=maybe(uids),
                 resourceVersion=maybe(st.integers(0, 10**6).map(str)),
-                labels=maybe(st.fixed_dictionaries({}, optional={rules.FRAMEWORK_LABEL: framework, "x": junk})),
+                labels=maybe(
+                    st.fixed_dictionaries({}, optional={rules.FRAMEWORK_LABEL: framework, "x": junk})
+                ),
             ),
             rate=20,
         )
@@ -326,7 +383,9 @@ RUNTIME_REF_RE = re.compile(
 )
 MAX_RUNTIME_REF = len("trainer.kubeflow.org/ClusterTrainingRuntime//") + 63 + 253
 # A resource name as Kubernetes accepts it: [prefix/]name, prefix a DNS subdomain, name a qualified name.
-RESOURCE_NAME_RE = re.compile(r"\A([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+RESOURCE_NAME_RE = re.compile(
+    r"\A([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z"
+)
 MAX_RESOURCE_NAME = 253 + 1 + 63
 
 
@@ -338,7 +397,7 @@ def runtime_ref_ok(ref: str) -> bool:
 
 
 def runtime_ref_lenient_ok(ref: str) -> bool:
-    """What rules.runtime_ref_label enforces today: a Trainer group/kind and a DNS name (not the namespace)."""
+    """What rules.runtime_ref_label enforces today: Trainer group/kind, a DNS name (not the namespace)."""
     if ref == rules.UNKNOWN:
         return True
     group, _, rest = ref.partition("/")

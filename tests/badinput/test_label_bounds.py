@@ -27,7 +27,8 @@ FUZZ = settings(
 )
 
 hostile_namespaces = st.one_of(
-    st.sampled_from(["a/b", "x" * 100_000, "UPPER", "ns with space", "ns\n", "é"]), st.text(min_size=1, max_size=80)
+    st.sampled_from(["a/b", "x" * 100_000, "UPPER", "ns with space", "ns\n", "é"]),
+    st.text(min_size=1, max_size=80),
 )
 hostile_gpu_names = st.one_of(
     st.sampled_from(['gpu"} 1\nevil{x="', "gpu\n", "gpu with spaces", "é-gpu", "gpu" * 200, "/gpu", "gpu/"]),
@@ -52,8 +53,13 @@ def _job(namespace: str = "team-a", *, kind: str = "ClusterTrainingRuntime", gpu
     if gpu is not None:
         trainer["resourcesPerNode"] = {"requests": {gpu: "1"}}
     return {
-        "metadata": {"name": "j", "uid": "u", "namespace": namespace, "resourceVersion": "5",
-                     "creationTimestamp": "2025-06-01T10:00:00Z"},
+        "metadata": {
+            "name": "j",
+            "uid": "u",
+            "namespace": namespace,
+            "resourceVersion": "5",
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+        },
         "spec": {"runtimeRef": {"name": "torch-distributed", "kind": kind}, "trainer": trainer},
     }
 
@@ -62,7 +68,11 @@ def _job(namespace: str = "team-a", *, kind: str = "ClusterTrainingRuntime", gpu
 
 
 @FUZZ
-@given(name=S.names, group=st.one_of(st.none(), st.text(max_size=30)), kind=st.one_of(st.none(), st.text(max_size=30)))
+@given(
+    name=S.names,
+    group=st.one_of(st.none(), st.text(max_size=30)),
+    kind=st.one_of(st.none(), st.text(max_size=30)),
+)
 def test_runtime_ref_name_group_and_kind_are_bounded(name: str, group: str | None, kind: str | None) -> None:
     ref = rules.runtime_ref_label(group, kind, name, "team-a")
     assert S.runtime_ref_ok(ref), ref[:200]

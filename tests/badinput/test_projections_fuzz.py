@@ -73,13 +73,15 @@ def test_typed_and_tolerant_paths_agree_except_for_the_malformed_flag(obj: Any) 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: _JobMeta/_RuntimeMeta accept name=\"\" / uid=\"\" (plain str), so the typed path caches an "
+    reason='BUG: _JobMeta/_RuntimeMeta accept name="" / uid="" (plain str), so the typed path caches an '
     "object from_json drops; jobs with uid '' then share one terminal-dedup entry. Fix: "
     "Annotated[str, msgspec.Meta(min_length=1)] for name and uid in app/trainer/projections.py",
 )
 @FUZZ
 @given(S.trainjobs(), S.runtimes())
-@example({"metadata": {"name": "torch-distributed", "namespace": "team-a", "uid": "", "resourceVersion": "0"}}, {})
+@example(
+    {"metadata": {"name": "torch-distributed", "namespace": "team-a", "uid": "", "resourceVersion": "0"}}, {}
+)
 def test_typed_path_admits_only_objects_the_tolerant_path_admits(job: Any, runtime: Any) -> None:
     """An object without a name or uid cannot be tracked: the typed path must not cache it either."""
     wire = S.typed(TRAINJOB_PROJECTOR, job)
@@ -93,10 +95,14 @@ def test_typed_path_admits_only_objects_the_tolerant_path_admits(job: Any, runti
 
 @FUZZ
 @given(S.runtimes(), st.sampled_from([TRAINING_RUNTIME_PROJECTOR, CLUSTER_TRAINING_RUNTIME_PROJECTOR]))
-@example({"metadata": {"name": "r", "uid": "u"}, "spec": {"mlPolicy": {"numNodes": "1.5", "torch": None}}},
-         TRAINING_RUNTIME_PROJECTOR)
-@example({"metadata": {"name": "r", "uid": "u", "labels": {rules.FRAMEWORK_LABEL: "x" * 100_000}}},
-         CLUSTER_TRAINING_RUNTIME_PROJECTOR)
+@example(
+    {"metadata": {"name": "r", "uid": "u"}, "spec": {"mlPolicy": {"numNodes": "1.5", "torch": None}}},
+    TRAINING_RUNTIME_PROJECTOR,
+)
+@example(
+    {"metadata": {"name": "r", "uid": "u", "labels": {rules.FRAMEWORK_LABEL: "x" * 100_000}}},
+    CLUSTER_TRAINING_RUNTIME_PROJECTOR,
+)
 def test_runtime_projectors_never_raise_and_labels_are_bounded(obj: Any, p: Any) -> None:
     wire = S.typed(p, obj)
     tolerant = p._from_json(obj)
@@ -111,8 +117,29 @@ def test_runtime_projectors_never_raise_and_labels_are_bounded(obj: Any, p: Any)
 
 @pytest.mark.parametrize(
     "value",
-    ["1.5", "1e3", "500m", "-1", "abc", "NaN", "nan", "Infinity", "1e308", 1e308, -1, -1.0, 1.5, 2**80, True, None,
-     [], {}, "٣", " 4 ", "9" * 13],
+    [
+        "1.5",
+        "1e3",
+        "500m",
+        "-1",
+        "abc",
+        "NaN",
+        "nan",
+        "Infinity",
+        "1e308",
+        1e308,
+        -1,
+        -1.0,
+        1.5,
+        2**80,
+        True,
+        None,
+        [],
+        {},
+        "٣",
+        " 4 ",
+        "9" * 13,
+    ],
 )
 def test_odd_num_nodes_never_become_labels_or_negative(value: Any) -> None:
     nodes, _ = rules.coerce_count(value)

@@ -90,9 +90,13 @@ def with_key(doc: Any, name: str, namespace: str, uid: str) -> Any:
     return S.valid_metadata(doc, name, uid, namespace)
 
 
-job_docs = st.lists(st.tuples(S.trainjobs(), S.trainjobs(), st.booleans(), st.booleans()), min_size=1, max_size=4)
+job_docs = st.lists(
+    st.tuples(S.trainjobs(), S.trainjobs(), st.booleans(), st.booleans()), min_size=1, max_size=4
+)
 runtime_docs = st.lists(
-    st.tuples(S.runtimes(), st.sampled_from([TRAINING_RUNTIME_PROJECTOR, CLUSTER_TRAINING_RUNTIME_PROJECTOR])),
+    st.tuples(
+        S.runtimes(), st.sampled_from([TRAINING_RUNTIME_PROJECTOR, CLUSTER_TRAINING_RUNTIME_PROJECTOR])
+    ),
     max_size=3,
 )
 
@@ -114,7 +118,11 @@ def test_state_survives_adversarial_jobs_and_runtimes(
 ) -> None:
     sink, clock, hits = RecordingSink(), Clock(), []
     state = TrainerState(
-        sink, max_unknown_runtime_refs=max_unknown, runtime_wait_seconds=wait, clock=clock, on_limit=hits.append
+        sink,
+        max_unknown_runtime_refs=max_unknown,
+        runtime_wait_seconds=wait,
+        clock=clock,
+        on_limit=hits.append,
     )
     log = logging.getLogger("app.trainer.state")
     records = Records()
@@ -135,7 +143,7 @@ def test_state_survives_adversarial_jobs_and_runtimes(
                 else:
                     state.runtime_handler.on_updated(old, r)
                 seen_keys[(r.kind, r.namespace, r.name)] = r
-        for i, (a, b, initial, same_uid) in enumerate(jobs):
+        for i, (a, _b, initial, _same_uid) in enumerate(jobs):
             name, ns, uid = f"job-{i}", "team-a" if i % 2 else "team-b", f"uid-{i}"
             first = S.informer_projection(TRAINJOB_PROJECTOR, with_key(a, name, ns, uid))
             assert first is not None
@@ -151,7 +159,9 @@ def test_state_survives_adversarial_jobs_and_runtimes(
             assert second is not None
             S.check_job_projection(second)
             if second.resource_version == old.resource_version:
-                second = TrainJobProjection(**{**_fields(second), "resource_version": old.resource_version + "1"})
+                second = TrainJobProjection(
+                    **{**_fields(second), "resource_version": old.resource_version + "1"}
+                )
             state.job_handler.on_updated(old, second)
             live[i] = second
         if not runtimes_first:

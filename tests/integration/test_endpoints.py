@@ -245,7 +245,18 @@ async def test_readyz_503_until_synced(sim: SimulatedCluster, kubeconfig: Path) 
         await wait_leading(r)
 
 
-async def test_livez_200_while_api_server_down(sim: SimulatedCluster, kubeconfig: Path) -> None:
+async def test_livez_200_while_api_server_down(tmp_path: Path) -> None:
+    # Bookmarks every second, as a real API server's keep a quiet watch from looking dead (the informer
+    # counts only received bytes as activity after a silent watch).
+    sim = SimulatedCluster(load_runtimes=True, bookmark_interval=1.0)
+    await sim.start()
+    try:
+        await _livez_while_down(sim, sim.write_kubeconfig(tmp_path / "kubeconfig"))
+    finally:
+        await sim.stop()
+
+
+async def _livez_while_down(sim: SimulatedCluster, kubeconfig: Path) -> None:
     sim.store.create(TRAINJOBS, "team1", trainjob_manifest("job-0"))
     async with replica(kubeconfig, "a", **NO_ELECTION) as r:
         await wait_leading(r)
@@ -289,6 +300,8 @@ async def test_livez_200_while_api_server_down(sim: SimulatedCluster, kubeconfig
 
         await eventually(ready, timeout=60, what="readyz 200 after the API server is back")
         assert (await r.http.get("/livez")).status_code == 200
+        sim.store.create(TRAINJOBS, "team1", trainjob_manifest("job-after"))
+        await wait_caught_up(r, sim.store)
 
 
 # --- /metrics ------------------------------------------------------------------------------------------
