@@ -328,7 +328,7 @@ def _ready_service(kubeconfig: str, work: Path, name: str, **kw: Any) -> tuple[C
         raise RuntimeError(
             f"{name} never ready:\n" + service.log_path.read_text(errors="replace")[-3000:]
         ) from None
-    service.wait_ready(5)  # collect its ready line (shim flag)
+    service.wait_ready(5)  # collect its ready line
     return service, base, ready_at - service.started
 
 
@@ -343,7 +343,6 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
             service, _, _ = _ready_service(info0["kubeconfig"], work, f"svc-0-{rep}")
             time.sleep(settle)
             res.fig("p3_rss_zero").add(rss_bytes(service.pid))
-            res.notes["shim"] = service.info.get("shim")
             service.stop()
     finally:
         sim0.stop()

@@ -4,9 +4,6 @@
 (load_settings → create_app → uvicorn) with ``--no-leader-election``; with ``--lag-probe`` it also runs an
 event-loop lag probe (a task sleeping 1 ms and recording how late it wakes) and serves its reading at
 ``GET /bench/lag`` (``?reset=1`` clears it). Nothing else differs from the real entry point.
-
-If ``app.metrics.exposition`` does not (yet) export the ``Exposition`` class that ``app/service.py``
-imports, a thin adapter over ``MetricsExposition`` is installed first and the ready line says so.
 """
 
 from __future__ import annotations
@@ -16,25 +13,8 @@ import asyncio
 import json
 import sys
 import time
-from typing import Any
 
 import uvicorn
-
-
-def _install_exposition_shim() -> bool:
-    from app.metrics import exposition
-
-    if hasattr(exposition, "Exposition"):
-        return False
-    base: Any = exposition.MetricsExposition
-
-    class Exposition(base):  # type: ignore[misc, valid-type]
-        def render(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, dict[str, str]]:
-            response = self.build_metrics_response(accept, accept_encoding)
-            return response.body, response.headers
-
-    exposition.Exposition = Exposition  # type: ignore[attr-defined]
-    return True
 
 
 class LagProbe:
@@ -73,7 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    shim = _install_exposition_shim()
 
     from fastapi.responses import JSONResponse
 
@@ -100,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 probe.task = asyncio.create_task(probe.run())
             return JSONResponse(probe.reading(reset == "1"))
 
-    sys.stdout.write(
-        json.dumps({"ready": True, "shim": shim, "import_seconds": time.monotonic() - t0}) + "\n"
-    )
+    sys.stdout.write(json.dumps({"ready": True, "import_seconds": time.monotonic() - t0}) + "\n")
     sys.stdout.flush()
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_config=None, access_log=False)
     return 0
