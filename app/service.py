@@ -119,7 +119,7 @@ class Service:
         self._failed: list[str] = []
         self._started_at = time.monotonic()
         self._seen_watermarks: Watermarks | None = None  # highest hand-over watermarks seen in the Lease
-        self._seen_record = False  # any readable Lease record seen (someone may have been leading)
+        self._seen_other_leader = False  # a Lease record held by another replica was seen
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -241,7 +241,8 @@ class Service:
         return {WATERMARK_ANNOTATION: format_watermarks(watermarks)} if watermarks else {}
 
     def _remember_watermark(self, record: LeaseRecord) -> None:
-        self._seen_record = True
+        if record.holder_identity and record.holder_identity != self.settings.identity:
+            self._seen_other_leader = True
         watermarks = parse_watermarks(record.annotations)
         if watermarks is None:
             return
@@ -256,8 +257,8 @@ class Service:
 
         The record we took over says it; if its watermark is missing or unreadable, the highest one
         seen in the Lease while following is the best knowledge. With none at all: 0 (count all we
-        remember) only when no Lease record was ever seen, since then nobody was leading; otherwise
-        None (unknown: count only from now on) rather than recount another leader's events.
+        remember) when no other replica was ever seen holding the Lease, since then nobody else counted;
+        otherwise None (unknown: count only from now on) rather than recount another leader's events.
         """
         if previous is not None:
             watermarks = parse_watermarks(previous.annotations)
@@ -265,7 +266,7 @@ class Service:
                 return watermarks
         if self._seen_watermarks is not None:
             return dict(self._seen_watermarks)
-        return 0 if previous is None and not self._seen_record else None
+        return 0 if not self._seen_other_leader else None
 
     def _start_exporting(self, previous: LeaseRecord | None) -> None:
         floor = self._takeover_floor(previous)

@@ -69,6 +69,7 @@ class SimulatedCluster:
             return
         if self._load_runtimes:
             load_cluster_training_runtimes(self.store)
+        self.server.reopen()  # a no-op on first start; after stop(), live events flow again
         # handler_cancellation: a client that goes away ends its watch handler at once (no leaked streams).
         runner = web.AppRunner(
             self.server.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0

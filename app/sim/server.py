@@ -447,7 +447,13 @@ class SimServer:
 
     def close(self) -> None:
         self._unsubscribe()
+        self._unsubscribe = _noop
         self.close_watches()
+
+    def reopen(self) -> None:
+        """Listen to the store again after ``close()``: a restarted cluster streams new events."""
+        self._unsubscribe()
+        self._unsubscribe = self.store.subscribe(self._on_event)
 
     def _on_event(self, ev: WatchEvent) -> None:
         watchers = self._watchers.get(ev.resource)
@@ -980,6 +986,10 @@ def _manager(request: web.Request) -> str:
         return manager
     agent = request.headers.get("User-Agent", "")
     return agent.split("/", 1)[0] or "unknown"
+
+
+def _noop() -> None:
+    pass
 
 
 def _method_not_allowed() -> web.Response:
