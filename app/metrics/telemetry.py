@@ -24,8 +24,9 @@ from app import __version__
 __all__ = ["LIMITS", "SelfTelemetry"]
 
 # Safety limits whose hits are counted: distinct runtime refs beyond the cap collapsed into
-# "unknown", objects larger than max_object_bytes skipped, /debug pages clamped to terminal_page_max.
-LIMITS = ("unknown_runtime_refs", "object_too_large", "debug_page_size")
+# "unknown", objects larger than max_object_bytes skipped, /debug pages clamped to terminal_page_max,
+# created TrainJobs whose accelerator class is counted as "other" (distinct classes beyond the cap).
+LIMITS = ("unknown_runtime_refs", "object_too_large", "debug_page_size", "accelerator_classes")
 
 
 # A `*_created` series per counter doubles the self-telemetry series for no operational value (the

@@ -15,6 +15,7 @@ import gc
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,6 +42,9 @@ RUNNING: Final = "running"
 FINISHED: Final = "finished"
 DELETING: Final = "deleting"  # deleted while our finalizer holds it
 PHASES: Final = (SUSPENDED, PENDING, RUNNING, FINISHED, DELETING)
+# Finished, but younger than ``min_delete_age``: terminal writes yes, deletion not yet (not in PHASES, so
+# the default generator, min_delete_age 0, never uses it).
+COOLING: Final = "cooling"
 
 COMPLETE: Final = "Complete"
 COMPLETE_AND_FAILED: Final = "CompleteAndFailed"  # both True on one write: Failed must win
@@ -106,6 +110,7 @@ class JobRecord:
     conditions: list[dict[str, Any]] = field(default_factory=list)
     stage: int = 0  # 0 = initializers running (if the runtime has any), 1 = trainer running
     slot: int = -1  # index in its phase bucket
+    finished_at: float = 0.0  # clock() of its first terminal write (for min_delete_age)
 
 
 class _Bucket:
@@ -147,10 +152,18 @@ class WorkloadGenerator:
         malformed_ratio: float = 0.0,
         time_warp: float = 1.0,
         clock: Callable[[], float] = time.time,
+        min_delete_age: float = 0.0,
     ) -> None:
         """``max_jobs`` bounds the live population step() keeps; ``time_warp`` stretches lifetimes
         (terminal lastTransitionTime = creation + elapsed * warp) so a short run fills minute-to-day
-        histogram buckets; ``malformed_ratio`` is the share of creates and status writes made odd."""
+        histogram buckets; ``malformed_ratio`` is the share of creates and status writes made odd.
+
+        ``min_delete_age`` (seconds of ``clock``): step() deletes a finished TrainJob only once it has been
+        finished that long, and cancels (deletes) an unfinished one only once it exists that long, as on a
+        real cluster where finished jobs stay for minutes to days (a TTL, a user, a pipeline cleaning up).
+        0 (the default) deletes at once. A job created, finished and deleted within one relist gap of a
+        list+watch client is invisible to it; this bounds how short-lived the generated jobs are.
+        ``lifecycles()`` ignores it (its driver deletes when the lifecycle ends)."""
         self.store = store
         # The real Store can hand back its stored objects instead of copies: the generator and the truth
         # only read what a write returns (any other StoreLike is used through the protocol).
@@ -166,7 +179,9 @@ class WorkloadGenerator:
         self.truth = Truth()
         self.runtimes: list[RuntimeChoice] = []
         self.jobs: dict[str, JobRecord] = {}  # uid -> live record
-        self.buckets: dict[str, _Bucket] = {phase: _Bucket() for phase in PHASES}
+        self.buckets: dict[str, _Bucket] = {phase: _Bucket() for phase in (*PHASES, COOLING)}
+        self.min_delete_age = max(0.0, min_delete_age)
+        self._cooling: deque[JobRecord] = deque()  # COOLING jobs, oldest first
         self.steps = 0
         self._pickers: dict[str, WeightedPicker[RuntimeChoice]] = {}
         self._outcomes = WeightedPicker([o for o, _ in OUTCOMES], [w for _, w in OUTCOMES])
@@ -319,9 +334,11 @@ class WorkloadGenerator:
     # Action selection
     # ------------------------------------------------------------------------------------------------
     def _eligible_actions(self) -> list[Action]:
+        if self._cooling:
+            self._promote_cooled()
         count = {phase: len(bucket) for phase, bucket in self.buckets.items()}
         live = len(self.jobs)
-        active = live - count[FINISHED] - count[DELETING]
+        active = live - count[FINISHED] - count[COOLING] - count[DELETING]
         pick = self._pick
         candidates: list[Action] = [
             ("create", 4.0 if live < self.max_jobs else 0.0, self.create_job),
@@ -333,8 +350,8 @@ class WorkloadGenerator:
             ("preempt", 0.2 * bool(count[RUNNING]), lambda: self.preempt(pick(RUNNING))),
             (
                 "duplicate-terminal",
-                0.5 * bool(count[FINISHED]),
-                lambda: self.duplicate_terminal(pick(FINISHED)),
+                0.5 * bool(count[FINISHED] or count[COOLING]),
+                lambda: self.duplicate_terminal(self._pick_terminal()),
             ),
             # Deletion keeps pace with finishing, so the population settles below max_jobs.
             ("delete", 6.0 * count[FINISHED] / max(live, 1), lambda: self.delete(pick(FINISHED))),
@@ -346,10 +363,29 @@ class WorkloadGenerator:
     def _pick(self, phase: str) -> JobRecord:
         return self.buckets[phase].pick(self.rng)
 
+    def _pick_terminal(self) -> JobRecord:
+        """A finished job, deletable or still cooling (one draw: the same as _pick(FINISHED) without any
+        cooling job)."""
+        finished, cooling = self.buckets[FINISHED].items, self.buckets[COOLING].items
+        index = int(self.rng.random() * (len(finished) + len(cooling)))
+        return finished[index] if index < len(finished) else cooling[index - len(finished)]
+
+    def _promote_cooled(self) -> None:
+        """Cooling jobs finished at least ``min_delete_age`` ago become deletable (FIFO: finish order)."""
+        horizon = self.clock() - self.min_delete_age
+        cooling = self._cooling
+        while cooling and cooling[0].finished_at <= horizon:
+            rec = cooling.popleft()
+            if rec.phase == COOLING and rec.slot >= 0:
+                self._move(rec, FINISHED)
+
     def _cancel_random_active(self) -> None:
-        """A user deletes a job that has not finished."""
+        """A user deletes a job that has not finished (not one younger than ``min_delete_age``)."""
         phases = [p for p in (SUSPENDED, PENDING, RUNNING) if self.buckets[p]]
-        self.delete(self._pick(phases[int(self.rng.random() * len(phases))]))
+        rec = self._pick(phases[int(self.rng.random() * len(phases))])
+        if self.min_delete_age and self.clock() - rec.created_at < self.min_delete_age:
+            return
+        self.delete(rec)
 
     def _safe_step(self) -> None:
         try:
@@ -391,10 +427,10 @@ class WorkloadGenerator:
         else:
             yield from self._run_to_end(rec)
         yield None
-        if rec.phase == FINISHED and self.rng.random() < 0.2:
+        if rec.phase in (FINISHED, COOLING) and self.rng.random() < 0.2:
             self.duplicate_terminal(rec)
             yield None
-        if delete and rec.phase == FINISHED:
+        if delete and rec.phase in (FINISHED, COOLING):
             self.delete(rec)
             yield None
         if rec.phase == DELETING:
@@ -641,6 +677,16 @@ class WorkloadGenerator:
             log.debug("store refused a write to %s/%s: %s", rec.namespace, rec.name, exc)
 
     def _set_phase(self, rec: JobRecord, phase: str) -> None:
+        if phase == FINISHED and self.min_delete_age:
+            if rec.phase == COOLING:
+                return  # a duplicate terminal write: still cooling
+            if rec.phase != FINISHED and rec.slot >= 0:
+                rec.finished_at = self.clock()
+                self._cooling.append(rec)
+                phase = COOLING
+        self._move(rec, phase)
+
+    def _move(self, rec: JobRecord, phase: str) -> None:
         if rec.phase != phase and rec.slot >= 0:
             self.buckets[rec.phase].remove(rec)
             rec.phase = phase

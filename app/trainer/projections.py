@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -43,13 +43,18 @@ class _Resources(msgspec.Struct, forbid_unknown_fields=False):
     limits: dict[str, Quantity] | None = None
 
 
+# name and uid have no default and must not be empty: an object without them fails typed decoding and
+# goes through from_json, which drops it (no key / uid to track it by). The typed path admits only what
+# from_json admits.
+_NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+
 class _JobMeta(msgspec.Struct, forbid_unknown_fields=False):
-    # name and uid have no default: an object without them fails typed decoding and goes through
-    # from_json, which drops it (no key / uid to track it by).
-    name: str
-    uid: str
+    name: _NonEmpty
+    uid: _NonEmpty
     namespace: str = ""
     resourceVersion: str = ""
+    generation: int | None = None
     creationTimestamp: str | None = None
 
 
@@ -95,8 +100,8 @@ class TrainJobWire(msgspec.Struct, forbid_unknown_fields=False):
 
 
 class _RuntimeMeta(msgspec.Struct, forbid_unknown_fields=False):
-    name: str
-    uid: str
+    name: _NonEmpty
+    uid: _NonEmpty
     namespace: str = ""
     resourceVersion: str = ""
     labels: dict[str, str] | None = None
@@ -159,20 +164,68 @@ class RuntimeWire(msgspec.Struct, forbid_unknown_fields=False):
 # --- projections -------------------------------------------------------------------------------
 
 
-# TrainJobProjection.flags bits (four booleans in one small int: saves 24 B per job).
+# TrainJobProjection.flags bits (booleans in one small int: saves 24 B per job).
 SUSPEND: Final = 1  # spec.suspend
 SUSPENDED_CONDITION: Final = 2  # the Suspended condition is True (False/"Resumed" means resumed)
 ACTIVE: Final = 4  # some status.jobsStatus[].active > 0
 MALFORMED: Final = 8  # some field was unusable and a default was taken instead
+BAD_NAMESPACE: Final = 16  # metadata.namespace is not a DNS-1123 label: labels say "unknown" instead
+
+# job_state(result="", ...) by flags & (SUSPEND | SUSPENDED_CONDITION | ACTIVE): no call per event.
+STATE_BY_FLAGS: Final = tuple(
+    rules.job_state("", bool(f & SUSPEND), bool(f & SUSPENDED_CONDITION), bool(f & ACTIVE)) for f in range(8)
+)
+
+_MAX_RV_DIGITS: Final = 18  # an int64 resourceVersion; longer ones stay strings
 
 
-class TrainJobProjection(msgspec.Struct, frozen=True, gc=False):
-    """What the metrics need of one TrainJob (immutable; an update yields a new projection)."""
+def compact_uid(uid: str) -> bytes | str:
+    """A canonical UUID string ("8-4-4-4-12" lowercase hex, what the API server assigns) as its 16
+    bytes (49 B instead of 85 B); any other uid is kept as the string. ``uid_text`` inverts it."""
+    if len(uid) == 36 and uid[8:24:5] == "----":
+        digits = uid.replace("-", "")
+        try:
+            raw = bytes.fromhex(digits)
+        except ValueError:
+            return uid
+        if len(raw) == 16 and raw.hex() == digits:  # lowercase, no whitespace: round-trips exactly
+            return raw
+    return uid
 
+
+def _same_uid_text(stored: bytes | str, uid: str) -> bool:
+    """``compact_uid(uid) == stored``, without building the bytes (the per-event check)."""
+    if type(stored) is str:
+        return stored == uid
+    # exactly four dashes at the UUID positions and the rest the lowercase hex of the stored bytes
+    return len(uid) == 36 and uid[8:24:5] == "----" and uid.replace("-", "") == stored.hex()  # type: ignore[union-attr]
+
+
+def uid_text(uid: bytes | str) -> str:
+    """The uid string for a ``compact_uid`` value."""
+    if type(uid) is str:
+        return uid
+    h = uid.hex()  # type: ignore[union-attr]
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def compact_rv(resource_version: str) -> int | str:
+    """A decimal resourceVersion as an int (28 B instead of ~56 B); anything else (opaque by contract,
+    or not canonical such as "007") stays a string, so ``str()`` always gives back what was sent."""
+    rv = resource_version
+    if rv.isdigit() and rv.isascii() and len(rv) <= _MAX_RV_DIGITS and (rv[0] != "0" or len(rv) == 1):
+        return int(rv)
+    return rv
+
+
+class _TrainJobFields(msgspec.Struct, frozen=True, gc=False):
     key: str  # "namespace/name"
-    uid: str
-    namespace: str  # interned
-    resource_version: str
+    # metadata.uid as compact_uid stores it (16 bytes for a UUID); ``uid`` gives the string.
+    uid: bytes | str
+    namespace: str  # interned, as written (``namespace_label`` is what labels use)
+    # metadata.resourceVersion as compact_rv stores it (an int when decimal); ``resource_version`` gives
+    # the string.
+    resource_version: int | str
     created: float | None  # creationTimestamp, epoch seconds
     # spec.runtimeRef as its bounded label (rules.runtime_ref_label, interned and shared by all jobs
     # of a runtime); "unknown" when it cannot name a Trainer runtime. Before the state's cap.
@@ -185,12 +238,56 @@ class TrainJobProjection(msgspec.Struct, frozen=True, gc=False):
     result: str  # "" while not terminal, else "succeeded" | "failed" (Failed True beats Complete True)
     reason: str  # raw reason of the terminal condition (interned, capped), "" when not terminal
     terminal_time: float | None  # lastTransitionTime of the terminal condition
-    flags: int = 0  # SUSPEND | SUSPENDED_CONDITION | ACTIVE | MALFORMED
+    flags: int = 0  # SUSPEND | SUSPENDED_CONDITION | ACTIVE | MALFORMED | BAD_NAMESPACE
+    # metadata.generation (bumped by the API server on every spec change; None when absent): the spec
+    # part of the projection is reused from the cached one while (uid, generation) are unchanged.
+    generation: int | None = None
+
+    def __post_init__(self) -> None:
+        # Whoever builds one (tests, the debug API...) gets the same compact representation as the
+        # projector's, so equal objects compare equal and key the same dict entries. (The slots are set
+        # through their member descriptors: the subclass shadows the names with str properties.)
+        uid = _UID_SLOT.__get__(self)
+        if type(uid) is str:
+            _UID_SLOT.__set__(self, compact_uid(uid))
+        rv = _RV_SLOT.__get__(self)
+        if type(rv) is str:
+            _RV_SLOT.__set__(self, compact_rv(rv))
+
+
+_UID_SLOT: Final[Any] = _TrainJobFields.__dict__["uid"]
+_RV_SLOT: Final[Any] = _TrainJobFields.__dict__["resource_version"]
+
+
+class TrainJobProjection(_TrainJobFields, frozen=True, gc=False):
+    """What the metrics need of one TrainJob (immutable; an update yields a new projection).
+
+    ``uid`` and ``resource_version`` read as strings (the informer's ``KubeObject`` contract) but are
+    stored compactly; ``uid_key`` / ``rv`` are the stored values (cheap identity for dict keys and
+    comparisons: equal strings always give equal stored values).
+    """
+
+    uid_key = _UID_SLOT  # the stored uid: bytes (UUID) or str
+    rv = _RV_SLOT  # the stored resourceVersion: int (decimal) or str
+
+    @property  # type: ignore[misc]
+    def uid(self) -> str:
+        return uid_text(_UID_SLOT.__get__(self))
+
+    @property  # type: ignore[misc]
+    def resource_version(self) -> str:
+        rv = _RV_SLOT.__get__(self)
+        return rv if type(rv) is str else str(rv)
 
     @property
     def name(self) -> str:
         # Derived rather than stored: saves a string (~70 B) per job.
         return self.key[len(self.namespace) + 1 :] if self.namespace else self.key
+
+    @property
+    def namespace_label(self) -> str:
+        """The namespace as a label value: "unknown" when it is not a DNS-1123 label."""
+        return rules.UNKNOWN if self.flags & BAD_NAMESPACE else self.namespace
 
     @property
     def suspend(self) -> bool:
@@ -214,10 +311,8 @@ class TrainJobProjection(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def state(self) -> str:
-        f = self.flags
-        return rules.job_state(
-            self.result, bool(f & SUSPEND), bool(f & SUSPENDED_CONDITION), bool(f & ACTIVE)
-        )
+        """rules.job_state of this job (a table lookup)."""
+        return self.result or STATE_BY_FLAGS[self.flags & 7]
 
 
 class RuntimeProjection(msgspec.Struct, frozen=True, gc=False):
@@ -251,12 +346,36 @@ def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+def _generation(value: object) -> int | None:
+    # what msgspec's typed decode of an ``int | None`` admits, and not negative
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+        return value
+    return None
+
+
+def _status_part(conditions: list[rules.Condition], active: bool) -> tuple[str, str, float | None, int, bool]:
+    """(result, reason, terminal_time, status flags, malformed) from the conditions and jobsStatus."""
+    malformed = False
+    terminal = rules.terminal_condition(conditions)
+    if terminal is None:
+        result, reason, terminal_time = "", "", None
+    else:
+        result, raw_reason, ltt = terminal
+        reason = sys.intern(raw_reason[:_MAX_REASON])
+        terminal_time = rules.parse_time(ltt)
+        if terminal_time is None and ltt is not None:
+            malformed = True
+    flags = (SUSPENDED_CONDITION if rules.suspended_condition(conditions) else 0) | (ACTIVE if active else 0)
+    return result, reason, terminal_time, flags, malformed
+
+
 def _build_job(
     *,
     name: str,
     uid: str,
     namespace: str,
     resource_version: object,
+    generation: object,
     creation_timestamp: object,
     ref_group: object,
     ref_kind: object,
@@ -281,15 +400,8 @@ def _build_job(
         malformed |= bad
     if suspend is not None and not isinstance(suspend, bool):
         malformed = True
-    terminal = rules.terminal_condition(conditions)
-    if terminal is None:
-        result, reason, terminal_time = "", "", None
-    else:
-        result, raw_reason, ltt = terminal
-        reason = sys.intern(raw_reason[:_MAX_REASON])
-        terminal_time = rules.parse_time(ltt)
-        if terminal_time is None and ltt is not None:
-            malformed = True
+    result, reason, terminal_time, status_flags, bad = _status_part(conditions, active)
+    malformed |= bad
     group, kind, rname = _str(ref_group), _str(ref_kind), _str(ref_name)
     if rname is None or (ref_group is not None and group is None) or (ref_kind is not None and kind is None):
         malformed = True
@@ -298,17 +410,18 @@ def _build_job(
         malformed = True  # not a Trainer runtime: the webhook would have refused it
     rv = resource_version if isinstance(resource_version, str) else ""
     namespace = sys.intern(namespace)
+    bad_namespace = not rules.is_dns_label(namespace)  # a real API server only sends DNS labels
     flags = (
         (SUSPEND if suspend is True else 0)
-        | (SUSPENDED_CONDITION if rules.suspended_condition(conditions) else 0)
-        | (ACTIVE if active else 0)
-        | (MALFORMED if malformed or not namespace else 0)
+        | status_flags
+        | (BAD_NAMESPACE if bad_namespace else 0)
+        | (MALFORMED if malformed or bad_namespace else 0)
     )
     return TrainJobProjection(
         key=_key(namespace, name),
-        uid=uid,
+        uid=compact_uid(uid),
         namespace=namespace,
-        resource_version=rv,
+        resource_version=compact_rv(rv),
         created=created,
         runtime_ref=runtime_ref,
         num_nodes=nodes,
@@ -318,6 +431,7 @@ def _build_job(
         reason=reason,
         terminal_time=terminal_time,
         flags=flags,
+        generation=_generation(generation),
     )
 
 
@@ -409,13 +523,39 @@ def _json_resources(obj: object) -> tuple[object, object] | None:
 
 
 class TrainJobProjector:
-    """``Projector[TrainJobProjection]`` for the TrainJob informer."""
+    """``Projector[TrainJobProjection]`` for the TrainJob informer.
+
+    Incremental: ``from_wire(wire, previous)`` reuses the spec part of the cached projection of the
+    same object (``previous``, found by ``wire_key``) when its uid and ``metadata.generation`` are
+    unchanged (the API server bumps generation on every spec change; a status write, i.e. nearly
+    every watch event, leaves it alone), so an update re-derives only the status part. The result
+    equals a full projection whenever the spec is unchanged.
+    """
 
     wire_type: type = TrainJobWire
 
-    def from_wire(self, wire: Any) -> TrainJobProjection:
+    def wire_key(self, wire: Any) -> str:
+        """The cache key the projection of ``wire`` will have (to look ``previous`` up)."""
+        meta: _JobMeta = wire.metadata
+        return _key(meta.namespace, meta.name)
+
+    @staticmethod
+    def same_uid(a: TrainJobProjection, b: TrainJobProjection) -> bool:
+        """``a.uid == b.uid`` without rebuilding the strings."""
+        same: bool = a.uid_key == b.uid_key
+        return same
+
+    def from_wire(self, wire: Any, previous: TrainJobProjection | None = None) -> TrainJobProjection:
         w: TrainJobWire = wire
         meta = w.metadata
+        if previous is not None and not previous.flags & MALFORMED:
+            generation = meta.generation
+            if generation is not None and generation == previous.generation:
+                key = _key(meta.namespace, meta.name)
+                if key == previous.key:
+                    uid = previous.uid_key
+                    if _same_uid_text(uid, meta.uid):
+                        return self._status_update(w, previous, uid, generation)
         spec = w.spec
         ref = spec.runtimeRef if spec is not None else None
         trainer = spec.trainer if spec is not None else None
@@ -433,6 +573,7 @@ class TrainJobProjector:
             uid=meta.uid,
             namespace=meta.namespace,
             resource_version=meta.resourceVersion,
+            generation=meta.generation,
             creation_timestamp=meta.creationTimestamp,
             ref_group=ref.apiGroup if ref is not None else None,
             ref_kind=ref.kind if ref is not None else None,
@@ -442,7 +583,65 @@ class TrainJobProjector:
             suspend=spec.suspend if spec is not None else None,
             conditions=conditions,
             active=active,
-            malformed=not meta.name or not meta.uid,
+            malformed=False,  # name and uid are non-empty (_JobMeta)
+        )
+
+    @staticmethod
+    def _status_update(
+        w: TrainJobWire, previous: TrainJobProjection, uid: bytes | str, generation: int
+    ) -> TrainJobProjection:
+        """A new projection with ``previous``'s spec part (a well-formed one) and ``w``'s status: the
+        same rules as ``_status_part``, over the wire structs (no tuples per condition)."""
+        result, reason, terminal_time = "", "", None
+        flags = 0
+        status = w.status
+        if status is not None:
+            conditions = status.conditions
+            if conditions:
+                failed = complete = None
+                for c in conditions:
+                    if c.status == "True":
+                        ctype = c.type
+                        if ctype == "Failed":
+                            if failed is None:
+                                failed = c
+                        elif ctype == "Complete":
+                            if complete is None:
+                                complete = c
+                        elif ctype == "Suspended":
+                            flags = SUSPENDED_CONDITION
+                terminal = failed if failed is not None else complete
+                if terminal is not None:
+                    result = rules.FAILED if failed is not None else rules.SUCCEEDED
+                    reason = sys.intern(terminal.reason[:_MAX_REASON])
+                    ltt = terminal.lastTransitionTime
+                    terminal_time = rules.parse_time(ltt)
+                    if terminal_time is None and ltt is not None:
+                        flags |= MALFORMED
+            jobs = status.jobsStatus
+            if jobs:
+                for j in jobs:
+                    if (j.active or 0) > 0:
+                        flags |= ACTIVE
+                        break
+        spec = w.spec
+        if spec is not None and spec.suspend is True:
+            flags |= SUSPEND
+        return TrainJobProjection(
+            previous.key,
+            uid,
+            previous.namespace,
+            compact_rv(w.metadata.resourceVersion),
+            previous.created,
+            previous.runtime_ref,
+            previous.num_nodes,
+            previous.accelerator_class,
+            previous.accelerators_per_node,
+            result,
+            reason,
+            terminal_time,
+            flags,
+            generation,
         )
 
     def from_json(self, obj: Any) -> TrainJobProjection | None:
@@ -485,6 +684,7 @@ class TrainJobProjector:
             uid=uid,
             namespace=namespace if isinstance(namespace, str) else "",
             resource_version=rv,
+            generation=_get(obj, "metadata", "generation"),
             creation_timestamp=_get(obj, "metadata", "creationTimestamp"),
             ref_group=_get(obj, "spec", "runtimeRef", "apiGroup"),
             ref_kind=_get(obj, "spec", "runtimeRef", "kind"),
@@ -528,7 +728,7 @@ class RuntimeProjector:
             ml_policy_obj=spec.mlPolicy if spec is not None else None,
             pod_group_policy_obj=spec.podGroupPolicy if spec is not None else None,
             container_resources=_trainer_container_resources(_wire_replicated_jobs(replicated)),
-            malformed=not meta.name or not meta.uid,
+            malformed=False,  # name and uid are non-empty (_RuntimeMeta)
         )
 
     def from_json(self, obj: Any) -> RuntimeProjection | None:

@@ -67,6 +67,33 @@ _POD_GROUP_POLICY_ORDER: Final = ("coscheduling", "volcano")
 _FAILURE_REASON_SET: Final = frozenset(FAILURE_REASONS)
 # A runtime name is a DNS-1123 subdomain: anything else cannot name a real runtime.
 _DNS_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# A namespace is a DNS-1123 label (<= 63 characters).
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# A resource name (ResourceList key): [DNS-subdomain prefix "/"] qualified name (<= 63 characters).
+_RESOURCE_NAME: Final = re.compile(
+    r"(?:([a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*)/)?"
+    r"([A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
+)
+MAX_RESOURCE_NAME: Final = 253 + 1 + 63
+# Small per-process memo tables for derivations that repeat across jobs (a handful of runtime refs,
+# a few accelerator resource lists, timestamps shared by jobs created in the same second). Bounded:
+# cleared when full, so a flood of distinct hostile values costs at most one table of entries.
+_MEMO_MAX: Final = 4096
+_MAX_MEMO_KEY: Final = 320  # longer strings are never memoised (they are invalid anyway)
+
+
+def is_dns_label(value: str) -> bool:
+    """A DNS-1123 label: what a Kubernetes namespace name must be (lowercase, <= 63 characters)."""
+    return len(value) <= 63 and _DNS_LABEL.fullmatch(value) is not None
+
+
+def is_resource_name(value: str) -> bool:
+    """A Kubernetes resource name: ``[prefix/]name``, prefix a DNS subdomain (<= 253), name a qualified
+    name (<= 63). Anything else cannot be a real resource and must never become a label value."""
+    if len(value) > MAX_RESOURCE_NAME:
+        return False
+    m = _RESOURCE_NAME.fullmatch(value)
+    return m is not None and (m.group(1) is None or len(m.group(1)) <= 253)
 
 
 # --- runtime references ------------------------------------------------------------------------
@@ -78,16 +105,38 @@ def runtime_ref_label(api_group: str | None, kind: str | None, name: str | None,
     ``None`` or empty group/kind take the CRD defaults (upstream uses ``ptr.Deref``; an empty string
     is treated like nil here because the apiserver would have defaulted it and nothing else is valid).
     The namespace is the job's for a TrainingRuntime and empty for a ClusterTrainingRuntime. A
-    reference that cannot name a Trainer runtime (foreign group/kind, invalid name) is "unknown", so
-    junk never becomes a label value. The result is interned: many jobs share a handful of refs.
+    reference that cannot name a Trainer runtime (foreign group/kind, invalid name, or for a
+    TrainingRuntime a job namespace that is not a DNS-1123 label) is "unknown", so junk never becomes
+    a label value. The result is interned (many jobs share a handful of refs) and memoised.
     """
+    memo_key = (api_group, kind, name, job_namespace)
+    label = _REF_MEMO.get(memo_key)
+    if label is not None:
+        return label
+    label = _runtime_ref_label(api_group, kind, name, job_namespace)
+    if (name is None or len(name) <= _MAX_MEMO_KEY) and len(job_namespace) <= _MAX_MEMO_KEY:
+        if len(_REF_MEMO) >= _MEMO_MAX:
+            _REF_MEMO.clear()
+        _REF_MEMO[memo_key] = label
+    return label
+
+
+_REF_MEMO: dict[tuple[str | None, str | None, str | None, str], str] = {}
+
+
+def _runtime_ref_label(api_group: str | None, kind: str | None, name: str | None, job_namespace: str) -> str:
     group = api_group or DEFAULT_RUNTIME_API_GROUP
     kind = kind or DEFAULT_RUNTIME_KIND
     if group != TRAINER_GROUP or kind not in RUNTIME_KINDS:
         return UNKNOWN
-    if not name or len(name) > 253 or _DNS_SUBDOMAIN.match(name) is None:
+    if not name or len(name) > 253 or _DNS_SUBDOMAIN.fullmatch(name) is None:
         return UNKNOWN
-    namespace = job_namespace if kind == TRAINING_RUNTIME_KIND else ""
+    if kind == TRAINING_RUNTIME_KIND:
+        if not is_dns_label(job_namespace):
+            return UNKNOWN  # the namespace is part of the label: it must be a real one
+        namespace = job_namespace
+    else:
+        namespace = ""
     return sys.intern(f"{group}/{kind}/{namespace}/{name}")
 
 
@@ -144,9 +193,44 @@ def select_accelerator(requests: object, limits: object) -> tuple[str, int, bool
     GPU resources are read from ``requests``, or from ``limits`` when requests name none (#4190).
     When several GPU resources are requested, the one with the largest count wins (ties: the
     lexicographically smallest name) so the class is deterministic; the event carries one class.
-    Class "none" and 0 when there is no accelerator. ``malformed`` flags unparsable quantities or
-    non-mapping resource lists, which are skipped.
+    Class "none" and 0 when there is no accelerator. ``malformed`` flags unparsable quantities,
+    non-mapping resource lists and GPU names that are not Kubernetes resource names
+    (``is_resource_name``), which are skipped: such a name can never be a label value.
+
+    Memoised on the (name, quantity string) pairs: jobs of one template repeat the same lists.
     """
+    request_items, limit_items = _memo_items(requests), _memo_items(limits)
+    if request_items is not None and limit_items is not None:
+        key = (request_items, limit_items)
+        hit = _ACCEL_MEMO.get(key)
+        if hit is None:
+            hit = _select_accelerator(requests, limits)
+            if len(_ACCEL_MEMO) >= _MEMO_MAX:
+                _ACCEL_MEMO.clear()
+            _ACCEL_MEMO[key] = hit
+        return hit
+    return _select_accelerator(requests, limits)
+
+
+_ACCEL_MEMO: dict[tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], tuple[str, int, bool]] = {}
+_NO_ITEMS: Final[tuple[tuple[str, str], ...]] = ()
+
+
+def _memo_items(source: object) -> tuple[tuple[str, str], ...] | None:
+    """A memo key for a resource list: its items when all are short strings (type-exact, so "1" and
+    1 or true never share an entry), else None (not memoised)."""
+    if source is None:
+        return _NO_ITEMS
+    if type(source) is not dict or len(source) > 16:
+        return None
+    items = tuple(source.items())
+    for name, quantity in items:
+        if type(name) is not str or type(quantity) is not str or len(name) + len(quantity) > _MAX_MEMO_KEY:
+            return None
+    return items
+
+
+def _select_accelerator(requests: object, limits: object) -> tuple[str, int, bool]:
     malformed = False
     for source in (requests, limits):
         if source is None:
@@ -158,6 +242,9 @@ def select_accelerator(requests: object, limits: object) -> tuple[str, int, bool
         for name, quantity in source.items():
             if not isinstance(name, str) or not is_accelerator(name):
                 continue
+            if not is_resource_name(name):
+                malformed = True
+                continue
             count = accelerator_count(quantity)
             if count is None:
                 malformed = True
@@ -165,8 +252,7 @@ def select_accelerator(requests: object, limits: object) -> tuple[str, int, bool
             if best is None or count > best[1] or (count == best[1] and name < best[0]):
                 best = (name, count)
         if best is not None:
-            name = best[0] if len(best[0]) <= 253 else best[0][:253]
-            return sys.intern(name), best[1], malformed
+            return sys.intern(best[0]), best[1], malformed
     return NONE, 0, malformed
 
 
@@ -259,16 +345,30 @@ def lifetime_seconds(created: float | None, terminal: float | None) -> float | N
 
 
 def parse_time(value: object) -> float | None:
-    """RFC 3339 timestamp (``metav1.Time``) → epoch seconds; ``None`` when missing or unparsable."""
+    """RFC 3339 timestamp (``metav1.Time``) → epoch seconds; ``None`` when missing or unparsable.
+
+    Memoised (bounded): jobs created or finished in the same second share one float object.
+    """
     if not isinstance(value, str) or not value or len(value) > 64:
         return None
+    try:
+        return _TIME_MEMO[value]
+    except KeyError:
+        pass
     try:
         dt = datetime.fromisoformat(value)
     except ValueError:
         return None
     if dt.tzinfo is None:  # metav1.Time is always UTC; a zone-less value is read as UTC
         dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    seconds = dt.timestamp()
+    if len(_TIME_MEMO) >= _MEMO_MAX:
+        _TIME_MEMO.clear()
+    _TIME_MEMO[value] = seconds
+    return seconds
+
+
+_TIME_MEMO: dict[str, float] = {}
 
 
 # --- runtimes ----------------------------------------------------------------------------------

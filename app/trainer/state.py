@@ -40,30 +40,71 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
 from app.kube.resources import TRAINER_GROUP
 from app.trainer import rules
 from app.trainer.events import GaugeKey, JobCreated, JobFinished, RuntimeInfo, TrainerSink
-from app.trainer.projections import RuntimeProjection, TrainJobProjection
+from app.trainer.projections import (
+    BAD_NAMESPACE,
+    MALFORMED,
+    STATE_BY_FLAGS,
+    RuntimeProjection,
+    TrainJobProjection,
+    compact_uid,
+    uid_text,
+)
 
 log = logging.getLogger(__name__)
 
 _MAX_LOGGED_MALFORMED: Final = 10_000  # bound on the "already logged" uid set
+_MAX_LOGGED_KEY: Final = 300  # characters of a key / name / uid in a warning line
 UNKNOWN_RUNTIME_REFS_LIMIT: Final = "unknown_runtime_refs"  # app.metrics.telemetry.LIMITS
+ACCELERATOR_CLASSES_LIMIT: Final = "accelerator_classes"  # app.metrics.telemetry.LIMITS
+# Distinct accelerator_class label values (besides "none") before further classes become "other".
+MAX_ACCELERATOR_CLASSES: Final = 32
+OTHER_ACCELERATOR_CLASS: Final = "other"
 
 
-class TerminalEntry(msgspec.Struct, frozen=True, gc=False):
-    """One entry of the terminal-dedup set (shares its strings with the job's projection)."""
+def _short(text: str) -> str:
+    return text if len(text) <= _MAX_LOGGED_KEY else f"{text[:_MAX_LOGGED_KEY]}...({len(text)} chars)"
 
+
+def _gauge_key(job: TrainJobProjection) -> GaugeKey:
+    """(namespace label, raw runtime ref, state) of a job: the job's raw gauge key."""
+    f = job.flags
+    return (
+        rules.UNKNOWN if f & BAD_NAMESPACE else job.namespace,
+        job.runtime_ref,
+        job.result or STATE_BY_FLAGS[f & 7],
+    )
+
+
+class _TerminalFields(msgspec.Struct, frozen=True, gc=False):
     key: str  # "namespace/name"
-    uid: str
+    uid: bytes | str  # as TrainJobProjection.uid_key stores it (shared with the projection)
     result: str  # succeeded | failed: what was (or would have been) counted
     raw_reason: str  # the terminal condition's reason as written (capped)
     terminal_time: float | None  # lastTransitionTime of the terminal condition, epoch seconds
     recorded_time: float  # wall clock when this replica recorded it, epoch seconds
+
+    def __post_init__(self) -> None:
+        uid = _TERMINAL_UID_SLOT.__get__(self)
+        if type(uid) is str:
+            _TERMINAL_UID_SLOT.__set__(self, compact_uid(uid))
+
+
+_TERMINAL_UID_SLOT: Final[Any] = _TerminalFields.__dict__["uid"]
+
+
+class TerminalEntry(_TerminalFields, frozen=True, gc=False):
+    """One entry of the terminal-dedup set (shares its strings with the job's projection)."""
+
+    @property  # type: ignore[misc]
+    def uid(self) -> str:
+        return uid_text(_TERMINAL_UID_SLOT.__get__(self))
 
     @property
     def namespace(self) -> str:
@@ -121,11 +162,13 @@ class _RuntimeHandler:
         self._s._runtime_deleted(last)
 
 
-def _rv(resource_version: str) -> int:
-    """The resourceVersion as an int for the journal's watermark; 0 when it is not a number
-    (resourceVersions are opaque by contract, numeric in practice)."""
+def _rv(resource_version: int | str) -> int:
+    """The resourceVersion (as TrainJobProjection.rv stores it) as an int for the journal's watermark;
+    0 when it is not a number (resourceVersions are opaque by contract, numeric in practice)."""
+    if type(resource_version) is int:
+        return resource_version
     try:
-        return int(resource_version) if resource_version.isdigit() else 0
+        return int(resource_version) if resource_version.isdigit() else 0  # type: ignore[union-attr]
     except ValueError:  # pragma: no cover - isdigit() admits a few non-ASCII digits int() rejects
         return 0
 
@@ -141,13 +184,19 @@ class TrainerState:
         wall_clock: Callable[[], float] = time.time,
         max_tombstones: int = 4096,
         on_limit: Callable[[str], None] | None = None,
+        max_accelerator_classes: int = MAX_ACCELERATOR_CLASSES,
     ) -> None:
         """``on_limit(limit)`` is called with "unknown_runtime_refs" each time a runtime ref is refused
         its own label because ``max_unknown_runtime_refs`` distinct unknown refs are in use (its jobs
-        count under "unknown"); wire it to SelfTelemetry.limit_hit."""
+        count under "unknown"), and with "accelerator_classes" for each JobCreated whose accelerator
+        class is counted as "other" because ``max_accelerator_classes`` distinct classes are in use
+        already (a class, once used, keeps its label: the histogram series it created stay); wire it to
+        SelfTelemetry.limit_hit."""
         self._sink = sink
         self._on_limit = on_limit
         self._max_unknown = max(0, max_unknown_runtime_refs)
+        self._max_accelerator_classes = max(0, max_accelerator_classes)
+        self._accelerator_classes: set[str] = set()
         self._wait = max(0.0, runtime_wait_seconds)
         self._clock = clock
         self._wall_clock = wall_clock
@@ -168,20 +217,24 @@ class TrainerState:
         self._counts: dict[GaugeKey, int] = {}  # effective key -> count (what the sink holds)
 
         # terminal-dedup set by uid, and recently deleted uids -> were they recorded terminal
-        self._terminal: dict[str, TerminalEntry] = {}
-        self._tombstones: OrderedDict[str, bool] = OrderedDict()
+        # (keyed by TrainJobProjection.uid_key: 16 bytes for a UUID, shared with the projection)
+        self._terminal: dict[bytes | str, TerminalEntry] = {}
+        self._tombstones: OrderedDict[bytes | str, bool] = OrderedDict()
 
         # JobCreated waiting for a runtime: FIFO by deadline (constant wait => insertion order)
-        self._pending: dict[str, _Pending] = {}
-        self._pending_queue: deque[tuple[float, str]] = deque()
-        self._pending_by_ref: dict[str, dict[str, None]] = {}
+        self._pending: dict[bytes | str, _Pending] = {}
+        self._pending_queue: deque[tuple[float, bytes | str]] = deque()
+        self._pending_by_ref: dict[str, dict[bytes | str, None]] = {}
 
-        self._malformed_logged: set[str] = set()
+        self._malformed_logged: set[bytes | str] = set()  # uid keys (jobs) and uids (runtimes)
 
     # --- read side (debug endpoints, metric layer) ---------------------------------------------
 
     def runtime_info(self) -> list[RuntimeInfo]:
-        """One entry per current runtime (labels of kubeflow_trainer_runtime_info), sorted."""
+        """One entry per current runtime (labels of kubeflow_trainer_runtime_info), sorted.
+
+        A runtime whose name or namespace is not a valid Kubernetes name (its ``ref`` is "unknown": no
+        TrainJob can reference it) is left out, so such a name never becomes a label value."""
         return [
             RuntimeInfo(
                 namespace=r.namespace,
@@ -193,6 +246,7 @@ class TrainerState:
                 framework=r.framework,
             )
             for _, r in sorted(self._inventory.items())
+            if r.ref != rules.UNKNOWN
         ]
 
     def runtimes(self) -> list[RuntimeProjection]:
@@ -270,7 +324,7 @@ class TrainerState:
         if self._pending_queue and self._pending_queue[0][0] <= self._clock():
             self.flush_pending()
 
-    def _emit_pending(self, uid: str) -> None:
+    def _emit_pending(self, uid: bytes | str) -> None:
         entry = self._pending.pop(uid)
         waiting = self._pending_by_ref.get(entry.raw_ref)
         if waiting is not None:
@@ -305,10 +359,17 @@ class TrainerState:
             runtime.accelerators_per_node if runtime is not None else 0,
             nodes,
         )
+        if cls != rules.NONE and cls not in self._accelerator_classes:
+            if len(self._accelerator_classes) < self._max_accelerator_classes:
+                self._accelerator_classes.add(cls)
+            else:
+                cls = OTHER_ACCELERATOR_CLASS
+                if self._on_limit is not None:
+                    self._on_limit(ACCELERATOR_CLASSES_LIMIT)
         return JobCreated(
-            rv=_rv(job.resource_version),
+            rv=_rv(job.rv),
             uid=job.uid,
-            namespace=job.namespace,
+            namespace=job.namespace_label,
             runtime_ref=self._effective(raw),
             requested_nodes=nodes,
             accelerator_class=cls,
@@ -317,13 +378,13 @@ class TrainerState:
 
     def _finished_event(self, job: TrainJobProjection) -> JobFinished:
         return JobFinished(
-            rv=_rv(job.resource_version),
+            rv=_rv(job.rv),
             uid=job.uid,
             result=job.result,
             reason=rules.reason_bucket(job.result, job.reason),
             runtime_ref=self._effective(job.runtime_ref),
             lifetime_seconds=rules.lifetime_seconds(job.created, job.terminal_time),
-            namespace=job.namespace,
+            namespace=job.namespace_label,
         )
 
     def _count_created(self, job: TrainJobProjection) -> None:
@@ -331,23 +392,25 @@ class TrainerState:
         needs_runtime = job.num_nodes is None or job.accelerator_class is None
         if needs_runtime and self._wait > 0 and raw != rules.UNKNOWN and raw not in self._by_ref:
             deadline = self._clock() + self._wait
-            self._pending[job.uid] = _Pending(job=job, raw_ref=raw, deadline=deadline)
-            self._pending_queue.append((deadline, job.uid))
-            self._pending_by_ref.setdefault(raw, {})[job.uid] = None
+            uid = job.uid_key
+            self._pending[uid] = _Pending(job=job, raw_ref=raw, deadline=deadline)
+            self._pending_queue.append((deadline, uid))
+            self._pending_by_ref.setdefault(raw, {})[uid] = None
             return
         self._sink.on_countable(self._created_event(job))
 
     def _count_finished(self, job: TrainJobProjection) -> None:
-        entry = self._pending.get(job.uid)
+        entry = self._pending.get(job.uid_key)
         if entry is not None:  # keep per-uid order: finished after its created
             entry.finished = job
             return
         self._sink.on_countable(self._finished_event(job))
 
     def _record_terminal(self, job: TrainJobProjection) -> None:
-        self._terminal[job.uid] = TerminalEntry(
+        uid = job.uid_key
+        self._terminal[uid] = TerminalEntry(
             key=job.key,
-            uid=job.uid,
+            uid=uid,
             result=job.result,
             raw_reason=job.reason,
             terminal_time=job.terminal_time,
@@ -360,46 +423,63 @@ class TrainerState:
         self._maybe_flush()
         self._check_malformed(job)
         self._gauge_add(job)
-        uid = job.uid
+        uid = job.uid_key
         if initial:
             # Existed before we started: never created; if terminal, finished before we looked.
-            if job.terminal and uid not in self._terminal:
+            if job.result and uid not in self._terminal:
                 self._record_terminal(job)
             return
         seen_terminal = self._tombstones.pop(uid, None)
         seen = seen_terminal is not None or uid in self._terminal or uid in self._pending
         if not seen:
             self._count_created(job)
-        if job.terminal and uid not in self._terminal:
+        if job.result and uid not in self._terminal:
             self._record_terminal(job)
             if not seen_terminal:
                 self._count_finished(job)
 
     def _job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
-        if old.uid != new.uid:
+        # The hot path (nearly every watch event): O(1), the state of each side computed once, and no
+        # gauge work when the job's (namespace, runtime_ref, state) did not change.
+        uid = new.uid_key
+        if old.uid_key != uid:
             # Same name, different object: deleted and recreated between two observations.
             self._job_deleted(old)
             self._job_added(new, initial=False)
             return
-        self._maybe_flush()
-        if new.malformed:
+        if self._pending_queue:
+            self._maybe_flush()
+        new_flags = new.flags
+        if new_flags & MALFORMED:
             self._check_malformed(new)
-        old_key = (old.namespace, old.runtime_ref, old.state)
-        new_key = (new.namespace, new.runtime_ref, new.state)
-        if old_key != new_key:
-            self._gauge_remove(old_key)
-            self._gauge_add(new, new_key)
-        if new.terminal and new.uid not in self._terminal:
+        old_flags = old.flags
+        old_state = old.result or STATE_BY_FLAGS[old_flags & 7]
+        new_state = new.result or STATE_BY_FLAGS[new_flags & 7]
+        ref = new.runtime_ref
+        if (
+            old_state != new_state
+            or old.runtime_ref != ref
+            or old.namespace != new.namespace
+            or (old_flags ^ new_flags) & BAD_NAMESPACE
+        ):
+            old_key = _gauge_key(old)
+            new_key = (rules.UNKNOWN if new_flags & BAD_NAMESPACE else new.namespace, ref, new_state)
+            if old_key[1] == ref:
+                self._gauge_move(old_key, new_key)
+            else:
+                self._gauge_remove(old_key)
+                self._gauge_add_key(new_key)
+        if new.result and uid not in self._terminal:
             self._record_terminal(new)
-            if not old.terminal:  # the edge; an unrecorded old terminal state was never an edge we saw
+            if not old.result:  # the edge; an unrecorded old terminal state was never an edge we saw
                 self._count_finished(new)
 
     def _job_deleted(self, last: TrainJobProjection) -> None:
         self._maybe_flush()
-        uid = last.uid
+        uid = last.uid_key
         if uid in self._pending:
             self._emit_pending(uid)  # it was created; count it with what we know now
-        self._gauge_remove((last.namespace, last.runtime_ref, last.state))
+        self._gauge_remove(_gauge_key(last))
         recorded = self._terminal.pop(uid, None) is not None
         self._malformed_logged.discard(uid)
         if self._max_tombstones:
@@ -408,37 +488,23 @@ class TrainerState:
                 self._tombstones.popitem(last=False)
 
     def _check_malformed(self, job: TrainJobProjection) -> None:
-        if not job.malformed or job.uid in self._malformed_logged:
+        uid = job.uid_key
+        if not job.flags & MALFORMED or uid in self._malformed_logged:
             return
         if len(self._malformed_logged) >= _MAX_LOGGED_MALFORMED:
             self._malformed_logged.clear()  # bounded; at worst a job is logged twice
-        self._malformed_logged.add(job.uid)
+        self._malformed_logged.add(uid)
         log.warning(
             "TrainJob %s (uid %s, resourceVersion %s) has unusable fields; counted with defaults",
-            job.key,
-            job.uid,
-            job.resource_version,
+            _short(job.key),
+            _short(job.uid),
+            _short(job.resource_version),
         )
 
     # --- gauge bookkeeping -----------------------------------------------------------------------
 
     def _gauge_add(self, job: TrainJobProjection, raw_key: GaugeKey | None = None) -> None:
-        if raw_key is None:
-            raw_key = (job.namespace, job.runtime_ref, job.state)
-        raw_ref = raw_key[1]
-        if raw_ref != rules.UNKNOWN:
-            users = self._ref_jobs.get(raw_ref, 0)
-            if users == 0 and raw_ref not in self._by_ref:
-                if len(self._admitted) < self._max_unknown:
-                    self._admitted.add(raw_ref)
-                elif self._on_limit is not None:
-                    self._on_limit(UNKNOWN_RUNTIME_REFS_LIMIT)
-            self._ref_jobs[raw_ref] = users + 1
-        count = self._raw_counts.get(raw_key, 0)
-        self._raw_counts[raw_key] = count + 1
-        if count == 0:
-            self._raw_keys_by_ref.setdefault(raw_ref, set()).add(raw_key)
-        self._bump((raw_key[0], self._effective(raw_ref), raw_key[2]), 1)
+        self._gauge_add_key(_gauge_key(job) if raw_key is None else raw_key)
 
     def _gauge_remove(self, raw_key: GaugeKey) -> None:
         count = self._raw_counts.get(raw_key, 0)
@@ -461,6 +527,45 @@ class TrainerState:
             else:
                 del self._ref_jobs[raw_ref]
                 self._admitted.discard(raw_ref)
+
+    def _gauge_move(self, old_key: GaugeKey, new_key: GaugeKey) -> None:
+        """One job moves between two raw keys of the same raw ref: ``_gauge_remove(old_key)`` then
+        ``_gauge_add(new_key)`` without the ref bookkeeping, which a move leaves unchanged."""
+        counts = self._raw_counts
+        count = counts.get(old_key, 0)
+        raw_ref = old_key[1]
+        if count == 0:  # not tracked (cannot happen with a consistent informer); stay consistent
+            self._gauge_add_key(new_key)
+            return
+        label = self._effective(raw_ref)
+        self._bump((old_key[0], label, old_key[2]), -1)
+        keys = self._raw_keys_by_ref[raw_ref]
+        if count == 1:
+            del counts[old_key]
+            keys.discard(old_key)
+        else:
+            counts[old_key] = count - 1
+        count = counts.get(new_key, 0)
+        counts[new_key] = count + 1
+        if count == 0:
+            keys.add(new_key)
+        self._bump((new_key[0], label, new_key[2]), 1)
+
+    def _gauge_add_key(self, raw_key: GaugeKey) -> None:
+        raw_ref = raw_key[1]
+        if raw_ref != rules.UNKNOWN:
+            users = self._ref_jobs.get(raw_ref, 0)
+            if users == 0 and raw_ref not in self._by_ref:
+                if len(self._admitted) < self._max_unknown:
+                    self._admitted.add(raw_ref)
+                elif self._on_limit is not None:
+                    self._on_limit(UNKNOWN_RUNTIME_REFS_LIMIT)
+            self._ref_jobs[raw_ref] = users + 1
+        count = self._raw_counts.get(raw_key, 0)
+        self._raw_counts[raw_key] = count + 1
+        if count == 0:
+            self._raw_keys_by_ref.setdefault(raw_ref, set()).add(raw_key)
+        self._bump((raw_key[0], self._effective(raw_ref), raw_key[2]), 1)
 
     def _bump(self, key: GaugeKey, delta: int) -> None:
         value = self._counts.get(key, 0) + delta
@@ -489,9 +594,9 @@ class TrainerState:
             log.warning(
                 "%s %s (uid %s, resourceVersion %s) has unusable fields; used with defaults",
                 new.kind,
-                new.key,
-                new.uid,
-                new.resource_version,
+                _short(new.key),
+                _short(new.uid),
+                _short(new.resource_version),
             )
         if old is not None and (old.kind, old.namespace, old.name) != (new.kind, new.namespace, new.name):
             self._runtime_deleted(old, notify=False)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -92,16 +91,9 @@ def test_framework_label_length_is_bounded() -> None:
     assert r is not None and len(r.framework) == rules.MAX_LABEL_VALUE
 
 
-# --- findings: bounds not enforced today ----------------------------------------------------------
+# --- former findings (strict xfails until fixed) ------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FINDING: accelerator_class only has to contain 'gpu' (rules.is_accelerator); its charset is not "
-    "checked, so 'gpu\\n' or 'gpu with spaces' become label values, and every distinct such name is a new "
-    "series. Fix: in rules.select_accelerator skip (flag malformed) names that are not Kubernetes resource "
-    "names ([prefix/]qualified-name, <= 253+1+63 chars), and cap distinct classes like runtime refs.",
-)
 @FUZZ
 @given(gpu=hostile_gpu_names)
 def test_accelerator_class_is_a_kubernetes_resource_name(gpu: str) -> None:
@@ -109,12 +101,6 @@ def test_accelerator_class_is_a_kubernetes_resource_name(gpu: str) -> None:
     assert S.accelerator_class_charset_ok(event.accelerator_class), event.accelerator_class
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FINDING: rules.runtime_ref_label puts the job's namespace into a TrainingRuntime ref unchecked, "
-    "so a namespace of 100 KB or with '/' ends up in runtime_ref (ambiguous, unbounded). Fix: require a "
-    "DNS-1123 label (<= 63) for job_namespace when kind is TrainingRuntime, else return UNKNOWN.",
-)
 @FUZZ
 @given(namespace=hostile_namespaces)
 def test_training_runtime_ref_namespace_is_a_dns_label(namespace: str) -> None:
@@ -123,13 +109,6 @@ def test_training_runtime_ref_namespace_is_a_dns_label(namespace: str) -> None:
     assert S.runtime_ref_ok(job.runtime_ref), job.runtime_ref[:200]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FINDING: the namespace label of kubeflow_trainer_trainjobs / trainjob_created_total is the raw "
-    "metadata.namespace, not validated or capped (a real API server only sends DNS labels; a hostile one "
-    "can send 100 KB). Fix: in projections._build_job, a namespace that is not a DNS-1123 label marks the "
-    "job malformed and is replaced by 'unknown' for labels.",
-)
 @FUZZ
 @given(namespace=hostile_namespaces)
 def test_namespace_label_is_a_dns_label(namespace: str) -> None:
@@ -137,13 +116,6 @@ def test_namespace_label_is_a_dns_label(namespace: str) -> None:
     assert len(event.namespace) <= 63 and rules._DNS_SUBDOMAIN.match(event.namespace), event.namespace[:100]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FINDING: TrainerState.runtime_info() exports every runtime's raw metadata.name / namespace as "
-    "labels of kubeflow_trainer_runtime_info; a runtime whose name is not a DNS name (its ref is already "
-    "'unknown') still exports a 100 KB name. Fix: leave runtimes whose ref is 'unknown' out of runtime_info "
-    "(or cap name/namespace at 253/63).",
-)
 def test_runtime_info_name_and_namespace_are_bounded() -> None:
     state = TrainerState(RecordingSink())
     for p, ns in ((TRAINING_RUNTIME_PROJECTOR, "x" * 100_000), (CLUSTER_TRAINING_RUNTIME_PROJECTOR, None)):

@@ -71,12 +71,6 @@ def test_typed_and_tolerant_paths_agree_except_for_the_malformed_flag(obj: Any) 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='BUG: _JobMeta/_RuntimeMeta accept name="" / uid="" (plain str), so the typed path caches an '
-    "object from_json drops; jobs with uid '' then share one terminal-dedup entry. Fix: "
-    "Annotated[str, msgspec.Meta(min_length=1)] for name and uid in app/trainer/projections.py",
-)
 @FUZZ
 @given(S.trainjobs(), S.runtimes())
 @example(

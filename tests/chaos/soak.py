@@ -99,7 +99,11 @@ class SoakConfig:
     fault_seconds: float = 90.0
     seed: int = 20240611
     rate: float = 120.0  # generator steps per second
-    max_jobs: int = 250
+    max_jobs: int = 500  # mostly finished jobs waiting out min_delete_age
+    # A finished TrainJob is deleted no sooner than this (and an unfinished one cancelled no sooner after its
+    # creation): real clusters keep finished jobs for minutes to days. With 0 (the generator's default) a
+    # job could finish and be deleted within one informer relist gap (docs/reliability.md).
+    min_delete_age: float = 15.0
     namespaces: int = 4
     replicas: int = 3
     fault_gap: tuple[float, float] = (1.0, 3.0)  # seconds between fault episodes
@@ -264,6 +268,163 @@ class Recorder:
             term.final_watermark = services[identity].journal.watermark
 
 
+@dataclass
+class Span:
+    """What one replica (one Service instance) could observe of the TrainJob stream, in resourceVersions."""
+
+    identity: str
+    initial_rv: int | None = None  # its initial list: edges at or below it are never counted by it
+    stop_rv: int | None = None  # the rv its informer had reached when it stopped
+    relists: list[tuple[int, int]] = field(default_factory=list)  # (rv held before, list rv)
+    informer: Any = None
+
+    def hides(self, edge_rv: int, deleted_rv: int | None) -> bool:
+        """True if this replica could not have seen the edge: before its initial list, after it stopped, or
+        the edge and the job's deletion both inside one relist gap (the diff shows neither)."""
+        if self.initial_rv is None or edge_rv <= self.initial_rv:
+            return True
+        if self.stop_rv is not None and edge_rv > self.stop_rv:
+            return True
+        return deleted_rv is not None and any(
+            before < edge_rv and deleted_rv <= listed for before, listed in self.relists
+        )
+
+    def current_rv(self) -> int:
+        if self.stop_rv is not None:
+            return self.stop_rv
+        rv = getattr(self.informer, "resource_version", "") if self.informer is not None else ""
+        return int(rv) if isinstance(rv, str) and rv.isdigit() else 0
+
+
+# uid -> [created rv, created series, terminal rv, finished series, deleted rv]
+_Edges = list[Any]
+
+
+class Visibility:
+    """Which countable edges no replica could observe.
+
+    A list+watch client sees a TrainJob's creation or terminal write unless the job is also deleted before
+    the client's next successful list while its watch is down (a relist diff has nothing to show for it).
+    An edge hidden from every replica that ran is not countable by any leader; the report excludes exactly
+    those from the truth, and says how many. Everything is keyed by resourceVersion, not by time."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.edges: dict[str, _Edges] = {}
+        self.dropped_visible = 0
+
+    def attach_truth(self, truth: Any) -> None:
+        created, written, deleted = truth.job_created, truth.job_written, truth.job_deleted
+
+        def job_created(job: Any, *, malformed: bool = False) -> None:
+            created(job, malformed=malformed)
+            meta = job.get("metadata") or {}
+            uid = str(meta.get("uid", ""))
+            req = truth.requests.get(uid)
+            if req is not None:
+                series = [
+                    (CREATED, (req.namespace, req.runtime_ref)),
+                    (NODES_COUNT, (req.runtime_ref,)),
+                    (ACCEL_COUNT, (req.runtime_ref,)),
+                ]
+                self.edges[uid] = [_int_rv(meta), series, None, None, None]
+
+        def job_written(job: Any) -> None:
+            meta = job.get("metadata") or {}
+            uid = str(meta.get("uid", ""))
+            had = uid in truth.terminal
+            written(job)
+            edges = self.edges.get(uid)
+            fin = truth.terminal.get(uid)
+            if not had and fin is not None and edges is not None:
+                edges[2] = _int_rv(meta)
+                edges[3] = [
+                    (FINISHED, (fin.result, fin.reason, fin.runtime_ref)),
+                    (LIFETIME_COUNT, (fin.result, fin.runtime_ref)),
+                ]
+
+        def job_deleted(uid: str, resource_version: int = 0) -> None:
+            deleted(uid, resource_version)
+            edges = self.edges.get(uid)
+            if edges is not None:
+                edges[4] = resource_version
+
+        truth.job_created, truth.job_written, truth.job_deleted = job_created, job_written, job_deleted
+
+    def attach(self, service: Service) -> Span:
+        span = Span(service.settings.identity)
+        self.spans.append(span)
+        for inf in service._trainjob_informers[:1]:  # one TrainJob watch over all namespaces
+            span.informer = inf
+            if inf.synced:
+                span.initial_rv = int(inf.resource_version or 0)
+            orig = inf._replace
+
+            def replace(items: Any, list_rv: str, unusable: Any, inf: Any = inf, orig: Any = orig) -> None:
+                before = int(inf.resource_version or 0)
+                listed = int(list_rv) if list_rv.isdigit() else before
+                if not inf.synced:
+                    span.initial_rv = listed
+                else:
+                    span.relists.append((before, listed))
+                orig(items, list_rv, unusable)
+
+            inf._replace = replace  # type: ignore[method-assign]
+        return span
+
+    def stopped(self, span: Span) -> None:
+        span.stop_rv = span.current_rv()
+        span.informer = None
+
+    def hidden_from_all(self, edge_rv: int, deleted_rv: int | None) -> bool:
+        return all(span.hides(edge_rv, deleted_rv) for span in self.spans)
+
+    def prune(self) -> None:
+        """Forget deleted jobs whose edges some replica has provably seen (bounded memory)."""
+        for uid in [u for u, e in self.edges.items() if e[4] is not None]:
+            e = self.edges[uid]
+            deleted_rv = e[4]
+            if all(
+                rv is None
+                or any(
+                    not s.hides(rv, deleted_rv) and s.current_rv() >= deleted_rv and s.initial_rv is not None
+                    for s in self.spans
+                )
+                for rv in (e[0], e[2])
+            ):
+                del self.edges[uid]
+                self.dropped_visible += 1
+
+    def unobservable(self, after_rv: int) -> tuple[Values, dict[str, int], list[str]]:
+        """Edges above ``after_rv`` (the truth's start): (series -> count to take off the truth, counts per
+        edge kind, some of the uids)."""
+        out: Values = {}
+        counts = {"created": 0, "finished": 0}
+        uids: list[str] = []
+        for uid, (created_rv, created_series, terminal_rv, finished_series, deleted_rv) in self.edges.items():
+            if deleted_rv is None:
+                continue  # still there at the end: every replica's cache has it
+            for kind, rv, series in (
+                ("created", created_rv, created_series),
+                ("finished", terminal_rv, finished_series),
+            ):
+                if rv is None or series is None or rv <= after_rv or not self.hidden_from_all(rv, deleted_rv):
+                    continue
+                counts[kind] += 1
+                if len(uids) < 50:
+                    uids.append(f"{kind} {uid} rv {rv} deleted at rv {deleted_rv}")
+                for name, key in series:
+                    out.setdefault(name, {})[key] = out.get(name, {}).get(key, 0) + 1
+        return out, counts, uids
+
+
+def _int_rv(meta: dict[str, Any]) -> int:
+    try:
+        return int(meta.get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 class ErrorLog(logging.Handler):
     """Captures ERROR records and tasks that ended unexpectedly (any logger)."""
 
@@ -310,6 +471,8 @@ class Soak:
         self.rss: list[tuple[float, int]] = []
         self.t0 = time.monotonic()
         self.problems: list[str] = []  # things that went wrong in the harness itself
+        self.visibility = Visibility()
+        self.spans: dict[str, Span] = {}
 
     def t(self) -> float:
         return round(time.monotonic() - self.t0, 3)
@@ -329,6 +492,7 @@ class Soak:
         }
         r = await stack.enter_async_context(replica(self.kubeconfig, identity, **overrides))
         self.recorder.attach(r.service)
+        self.spans[identity] = self.visibility.attach(r.service)
         self.live[identity] = Live(r, stack, self.t())
         return identity
 
@@ -344,6 +508,7 @@ class Soak:
     async def stop_replica(self, identity: str, *, kill: bool) -> None:
         self._check_replica(identity)
         entry = self.live.pop(identity)
+        self.visibility.stopped(self.spans.pop(identity))
         self.recorder.pending_how[identity] = "killed" if kill else "graceful"
         if kill:
             await entry.replica.service.kill()
@@ -372,7 +537,8 @@ class Soak:
             for identity, entry in list(self.live.items()):
                 try:
                     resp = await entry.replica.http.get("/readyz")
-                    self.readiness.append((self.t(), identity, resp.status_code, resp.text[:300]))
+                    body = resp.text[:300] if resp.status_code != 200 else ""
+                    self.readiness.append((self.t(), identity, resp.status_code, body))
                 except Exception as exc:  # a replica stopping under us
                     if identity in self.live:
                         self.problems.append(f"/readyz of {identity} failed: {exc!r}")
@@ -395,6 +561,7 @@ class Soak:
             for table in (truth.requests, truth.terminal):
                 for uid in [u for u in table if u not in live]:
                     del table[uid]
+            self.visibility.prune()
 
     # -- faults --
 
@@ -501,9 +668,14 @@ class Soak:
                 self.sim = sim
                 self.kubeconfig = sim.write_kubeconfig(self.workdir / "kubeconfig")
                 self.gen = WorkloadGenerator(
-                    sim.store, seed=cfg.seed, namespaces=cfg.namespaces, max_jobs=cfg.max_jobs
+                    sim.store,
+                    seed=cfg.seed,
+                    namespaces=cfg.namespaces,
+                    max_jobs=cfg.max_jobs,
+                    min_delete_age=cfg.min_delete_age,
                 )
                 self.gen.load_runtimes()
+                self.visibility.attach_truth(self.gen.truth)
                 self.recorder = Recorder(sim, self.t0)
                 try:
                     return await self._run_inner()
@@ -516,8 +688,24 @@ class Soak:
             self.error_records = errors.records
             loop.set_exception_handler(None)
 
+    def prefill_history(self) -> int:
+        """Run generator steps until the simulated API server's watch history is at its high-water mark
+        (the window plus the 1/8 it trims in batches). The history (~10 KB per event: object, previous
+        version, JSON) is the largest bounded structure in this process; refilled after a compaction it
+        reuses the memory of the first fill, but a first fill after the warm-up point would show as
+        ~40 MB of RSS growth that says nothing about the service. Returns the steps taken."""
+        store = self.sim.store
+        # The store trims in batches once the excess reaches window // 8: the longest it gets is one less.
+        target = self.cfg.history_window + max(1, self.cfg.history_window // 8) - 1
+        steps = 0
+        while len(store._history) < target and steps < 20 * target:
+            self.gen._safe_step()
+            steps += 1
+        return steps
+
     async def _run_inner(self) -> dict[str, Any]:
         cfg = self.cfg
+        self.prefill_steps = self.prefill_history()
         for _ in range(cfg.replicas):
             await self.start_replica()
         if not await self.wait_for(lambda: self.leader() is not None and self.all_ready(), 30.0):
@@ -536,7 +724,7 @@ class Soak:
         fault_seconds = time.monotonic() - started
         # Settle: no more writes, no more faults, every replica caught up and ready, one leader.
         gen_stop.set()
-        steps = await background[0]
+        steps = int(await background[0] or 0)
         self.sim.faults.clear()
         end_rv = self.sim.store.resource_version
         settle_start = time.monotonic()
@@ -616,6 +804,14 @@ class Soak:
         for (result, reason, ref), n in finished.items():
             truth[FINISHED][(result, reason, ref)] = n
             truth[LIFETIME_COUNT][(result, ref)] = truth[LIFETIME_COUNT].get((result, ref), 0) + n
+        # Edges no replica could observe (created/finished and deleted inside a relist gap of every replica
+        # that ran) are not countable: take exactly those off, and report how many.
+        unobservable, unobservable_counts, unobservable_uids = self.visibility.unobservable(
+            start_truth.resource_version
+        )
+        for name, by_key in unobservable.items():
+            for key, n in by_key.items():
+                truth[name][key] = truth[name].get(key, 0) - n
 
         # Sum over terms, and the allowance for each non-graceful hand-over.
         summed: Values = {}
@@ -635,9 +831,9 @@ class Soak:
                 )
             floor = term.floor if term.floor is not None else -1
             exact = prev.final_watermark is None or floor >= prev.final_watermark
-            risky = [keys for rv, keys in prev.at_risk if rv > floor]
-            for keys in risky:
-                for name, key in keys:
+            risky = [series for rv, series in prev.at_risk if rv > floor]
+            for series in risky:
+                for name, key in series:
                     allowance.setdefault(name, {})[key] = allowance.get(name, {}).get(key, 0) + 1
             handovers.append(
                 {
@@ -712,6 +908,7 @@ class Soak:
                 }
             )
         after_warmup = [b for t, b in self.rss if t >= cfg.warmup_seconds]
+        warm_at = next((t for t, _ in self.rss if t >= cfg.warmup_seconds), 0.0)
         rss_warm = (
             statistics.median(after_warmup[:5]) if after_warmup else (self.rss[0][1] if self.rss else 0)
         )
@@ -722,7 +919,13 @@ class Soak:
             "fault_seconds": round(fault_seconds, 1),
             "settle_seconds": round(settle_seconds, 1),
             "generator_steps": steps,
+            "prefill_steps": getattr(self, "prefill_steps", 0),
             "lifecycles_finished": lifecycles,
+            "unobservable_edges": unobservable_counts,
+            "unobservable_examples": unobservable_uids,
+            "relists_per_replica": {
+                f"{sp.identity}#{i}": len(sp.relists) for i, sp in enumerate(self.visibility.spans)
+            },
             "trainjobs_created": sum(created.values()),
             "trainjobs_deleted": sum(created.values())
             - sum(end_truth.jobs.values())
@@ -752,6 +955,10 @@ class Soak:
             "rss_end_mb": round(rss_end / 2**20, 1),
             "rss_growth": round((rss_end - rss_warm) / rss_warm, 4) if rss_warm else None,
             "rss_peak_mb": round(max((b for _, b in self.rss), default=0) / 2**20, 1),
+            "rss_warm_at_s": round(warm_at, 1),
+            "rss_mb_every_10s": [
+                (round(t), round(b / 2**20, 1)) for i, (t, b) in enumerate(self.rss) if i % 10 == 0
+            ],
             "stalls": stall_checks,
             "readiness_samples": len(self.readiness),
             "harness_problems": self.problems,
@@ -780,6 +987,8 @@ def render_table(report: dict[str, Any]) -> str:
     row("faults / settle (s)", f"{report['fault_seconds']} / {report['settle_seconds']}")
     row("generator steps", report["generator_steps"])
     row("TrainJobs created / finished", f"{report['trainjobs_created']} / {report['lifecycles_finished']}")
+    u = report["unobservable_edges"]
+    row("edges no replica could see (excluded)", f"created {u['created']}, finished {u['finished']}")
     row("live TrainJobs at end (max_jobs)", f"{report['live_trainjobs_end']} ({report['max_jobs']})")
     for kind in FAULT_KINDS:
         row(f"  episodes: {kind}", report["episodes_by_kind"].get(kind, 0))

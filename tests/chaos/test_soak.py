@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 CONFIG = SoakConfig(fault_seconds=100.0, warmup_seconds=25.0)
 
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     workdir = tmp_path_factory.mktemp("soak")

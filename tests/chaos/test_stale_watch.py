@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.timeout(120)
 INACTIVITY = 2.0
 INFORMER = "trainjobs"
 
+
 async def _stale_gauge(r: Replica, informer: str = INFORMER) -> float:
     return total(await r.samples(), "trainer_metrics_informer_stale", informer=informer)
 
@@ -39,7 +41,7 @@ async def _readyz(r: Replica) -> tuple[int, str]:
     return resp.status_code, resp.text
 
 
-def _trainjob_informer(r: Replica) -> Informer[object]:
+def _trainjob_informer(r: Replica) -> Informer[Any]:
     return next(i for i in r.service.informers if i.name == INFORMER)
 
 

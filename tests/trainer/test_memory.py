@@ -1,7 +1,7 @@
 """Bytes per TrainJob: projection + informer-cache entry + state (dedup entry when terminal).
 
 Run ``.venv/bin/python -m tests.trainer.test_memory`` to print the figures. Measured on CPython 3.11
-(20k jobs): ~373 B for an active job, ~505 B for a terminal one (its dedup entry included).
+(20k jobs): ~295 B for an active job, ~412 B for a terminal one (its dedup entry included).
 """
 
 from __future__ import annotations

@@ -391,3 +391,112 @@ def test_repeated_strings_are_shared() -> None:
     a = project_job(stored(_multi_node(), uid="u-1"))
     b = project_job(stored(_multi_node(), uid="u-2"))
     assert a.runtime_ref is b.runtime_ref and a.namespace is b.namespace
+
+
+# --- incremental projection and compact storage -------------------------------------------------
+
+UID = "6f1c2a7e-8d4b-4c1a-9e2f-0123456789ab"
+
+
+def _job_doc(
+    *, generation: int | None = 1, uid: str = UID, rv: str = "100", gpus: str = "8", status: Any = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": "j",
+        "namespace": "team-a",
+        "uid": uid,
+        "resourceVersion": rv,
+        "creationTimestamp": "2025-06-01T10:00:00Z",
+    }
+    if generation is not None:
+        meta["generation"] = generation
+    return {
+        "metadata": meta,
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"nvidia.com/gpu": gpus}}},
+        },
+        "status": status or {},
+    }
+
+
+def _wire(doc: dict[str, Any]) -> Any:
+    return typed(doc, TRAINJOB_PROJECTOR.wire_type)
+
+
+STATUSES = [
+    {},
+    {"jobsStatus": [{"name": "node", "active": 2}]},
+    {"conditions": [_cond("Suspended", "True", "Suspended")]},
+    {"conditions": [_cond("Complete", "True", "AllJobsCompleted")]},
+    {"conditions": [_cond("Complete", "True", "Done"), _cond("Failed", "True", "DeadlineExceeded")]},
+    {"conditions": [_cond("Failed", "True", "FailedJobs", t="later")]},  # malformed time
+    {"conditions": [_cond("Suspended", "False", "Resumed")], "jobsStatus": [{"active": 0}, {"active": 1}]},
+]
+
+
+@pytest.mark.parametrize("status", STATUSES)
+def test_incremental_projection_equals_a_full_one(status: Any) -> None:
+    previous = TRAINJOB_PROJECTOR.from_wire(_wire(_job_doc()))
+    doc = _job_doc(rv="101", status=status)
+    incremental = TRAINJOB_PROJECTOR.from_wire(_wire(doc), previous)
+    assert incremental == TRAINJOB_PROJECTOR.from_wire(_wire(doc)) == TRAINJOB_PROJECTOR.from_json(doc)
+    assert incremental.created is previous.created and incremental.uid_key is previous.uid_key  # reused
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        _job_doc(generation=2, gpus="4"),  # spec changed: generation bumped
+        _job_doc(generation=None, gpus="4"),  # no generation: nothing is reused
+        _job_doc(uid="0f1c2a7e-8d4b-4c1a-9e2f-0123456789ab", gpus="4"),  # another object, same name
+        _job_doc(uid=UID.upper(), gpus="4"),  # not the same uid string
+    ],
+)
+def test_incremental_projection_recomputes_the_spec_when_it_may_have_changed(doc: Any) -> None:
+    generation = 1 if "generation" in doc["metadata"] else None
+    previous = TRAINJOB_PROJECTOR.from_wire(_wire(_job_doc(generation=generation)))
+    new = TRAINJOB_PROJECTOR.from_wire(_wire(doc), previous)
+    assert new == TRAINJOB_PROJECTOR.from_wire(_wire(doc))
+    assert new.accelerators_per_node == 4
+
+
+def test_incremental_projection_never_reuses_a_malformed_previous() -> None:
+    bad = _job_doc()
+    bad["spec"]["trainer"]["numNodes"] = -1
+    previous = TRAINJOB_PROJECTOR.from_wire(_wire(bad))
+    assert previous.malformed
+    new = TRAINJOB_PROJECTOR.from_wire(_wire(_job_doc(rv="101")), previous)
+    assert not new.malformed and new.num_nodes == 2
+
+
+def test_uid_and_resource_version_are_stored_compactly_and_read_as_strings() -> None:
+    p = TRAINJOB_PROJECTOR.from_wire(_wire(_job_doc(rv="12345")))
+    assert (p.uid, p.resource_version) == (UID, "12345")
+    assert (p.uid_key, p.rv) == (bytes.fromhex(UID.replace("-", "")), 12345)
+    # anything that would not round-trip stays a string
+    for uid, rv in (("u1", "007"), (UID.upper(), "abc"), (UID[:-1] + "g", ""), (" " + UID[1:], "1" * 19)):
+        q = TRAINJOB_PROJECTOR.from_wire(_wire(_job_doc(uid=uid, rv=rv)))
+        assert (q.uid, q.resource_version) == (uid, rv)
+        assert q.uid_key == uid and q.rv == rv
+    # built by hand from the string fields: the same stored values, equal projections
+    fields = {f: getattr(p, f) for f in p.__struct_fields__}
+    assert TrainJobProjection(**fields) == p
+
+
+def test_namespace_that_is_not_a_dns_label_is_malformed_and_labelled_unknown() -> None:
+    for ns in ("Team-A", "a" * 64, "a/b", ""):
+        doc = _job_doc()
+        doc["metadata"]["namespace"] = ns
+        p = TRAINJOB_PROJECTOR.from_wire(_wire(doc))
+        assert p.malformed and p.namespace_label == "unknown" and p.namespace == ns
+    assert project_job(_job_doc()).namespace_label == "team-a"
+
+
+def test_training_runtime_ref_needs_a_dns_label_namespace() -> None:
+    doc = _job_doc()
+    doc["spec"]["runtimeRef"]["kind"] = "TrainingRuntime"
+    doc["metadata"]["namespace"] = "x" * 64
+    assert TRAINJOB_PROJECTOR.from_wire(_wire(doc)).runtime_ref == "unknown"
+    rt = TRAINING_RUNTIME_PROJECTOR.from_json({"metadata": {"name": "r", "uid": "u", "namespace": "A_B"}})
+    assert rt is not None and rt.ref == "unknown"

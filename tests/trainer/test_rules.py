@@ -75,7 +75,12 @@ def test_requested_accelerators(args: tuple[str | None, int, str | None, int, in
         ({"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "4"}, ("nvidia.com/gpu", 1, False)),  # requests first
         ({"cpu": "2", "memory": "4Gi"}, {"cpu": "4"}, ("none", 0, False)),
         ({"google.com/tpu": "4"}, None, ("none", 0, False)),  # only names containing "gpu"
-        ({"NVIDIA.COM/GPU": "1"}, None, ("NVIDIA.COM/GPU", 1, False)),  # case-insensitive match
+        ({"nvidia.com/GPU": "1"}, None, ("nvidia.com/GPU", 1, False)),  # case-insensitive match
+        # not a Kubernetes resource name (upper-case prefix, spaces, newline, too long): skipped, flagged
+        ({"NVIDIA.COM/GPU": "1"}, None, ("none", 0, True)),
+        ({"gpu with spaces": "1", "amd.com/gpu": "1"}, None, ("amd.com/gpu", 1, True)),
+        ({'gpu"} 1\n': "1"}, None, ("none", 0, True)),
+        ({"example.com/" + "g" * 62 + "pu": "1"}, None, ("none", 0, True)),  # name part of 64
         ({"amd.com/gpu": "2", "nvidia.com/gpu": "4"}, None, ("nvidia.com/gpu", 4, False)),  # largest wins
         ({"b.io/gpu": "2", "a.io/gpu": "2"}, None, ("a.io/gpu", 2, False)),  # tie: smallest name
         ({"nvidia.com/gpu": "500m"}, None, ("nvidia.com/gpu", 1, False)),  # rounded up

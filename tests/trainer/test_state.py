@@ -624,3 +624,65 @@ def test_every_example_trainjob_through_the_state() -> None:
     }
     assert len(sink.created) == 8
     assert "unknown" not in {e.runtime_ref for e in sink.created}
+
+
+# --- label bounds --------------------------------------------------------------------------------
+
+
+def test_accelerator_classes_are_capped_into_other() -> None:
+    hits: list[str] = []
+    state, sink, _ = make(runtime_wait_seconds=0, max_accelerator_classes=2, on_limit=hits.append)
+    for i, gpu in enumerate(["a.io/gpu", "b.io/gpu", "c.io/gpu", "a.io/gpu", "d.io/gpu"]):
+        trainer = {"numNodes": 1, "resourcesPerNode": {"requests": {gpu: "1"}}}
+        obj = {
+            "metadata": {"name": f"j{i}", "namespace": "team-a", "uid": f"u{i}", "resourceVersion": "5"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer},
+        }
+        p = TRAINJOB_PROJECTOR.from_json(obj)
+        assert p is not None
+        state.job_handler.on_added(p, False)
+    assert [e.accelerator_class for e in sink.created] == [
+        "a.io/gpu",
+        "b.io/gpu",
+        "other",
+        "a.io/gpu",
+        "other",
+    ]
+    assert hits == ["accelerator_classes", "accelerator_classes"]
+
+
+def test_namespace_label_of_a_malformed_namespace_is_unknown(caplog: pytest.LogCaptureFixture) -> None:
+    state, sink, _ = make(runtime_wait_seconds=0)
+    bad = job("j", ns="N" * 100_000, uid="u-bad")
+    with caplog.at_level(logging.WARNING, logger="app.trainer.state"):
+        state.job_handler.on_added(bad, False)
+        state.job_handler.on_updated(bad, job("j", ns="N" * 100_000, uid="u-bad", rv=11, complete=True))
+    (created,) = sink.created
+    (finished,) = sink.finished
+    assert created.namespace == finished.namespace == "unknown"
+    assert {key[0] for key in sink.gauge} == {"unknown"}
+    (record,) = caplog.records
+    assert len(record.getMessage()) < 1000  # the key is truncated in the warning
+
+
+def test_runtime_info_leaves_out_runtimes_with_invalid_names() -> None:
+    state, _, _ = make()
+    for projector, ns in ((TRAINING_RUNTIME_PROJECTOR, "x" * 64), (CLUSTER_TRAINING_RUNTIME_PROJECTOR, None)):
+        r = projector.from_json({"metadata": {"name": "N" * 300, "uid": "u-" + str(ns)[:3], "namespace": ns}})
+        assert r is not None and r.ref == "unknown"
+        state.runtime_handler.on_added(r, False)
+    assert [i.name for i in state.runtime_info()] == ["torch-distributed"]
+    assert len(state.runtimes()) == 3  # still in the debug snapshot
+
+
+def test_compact_uids_key_the_dedup_set_and_read_back_as_strings() -> None:
+    state, sink, _ = make(runtime_wait_seconds=0)
+    uid = "6f1c2a7e-8d4b-4c1a-9e2f-0123456789ab"
+    a0, a1 = job("a", uid=uid, rv=1), job("a", uid=uid, rv=2, complete=True)
+    state.job_handler.on_added(a0, False)
+    state.job_handler.on_updated(a0, a1)
+    state.job_handler.on_updated(a1, job("a", uid=uid, rv=3, complete=True))
+    assert [e.uid for e in sink.created] == [e.uid for e in sink.finished] == [uid]
+    (entry,), _ = state.terminal_entries(10)
+    assert entry.uid == uid and entry.name == "a" and entry.namespace == "team-a"
+    assert [e.rv for e in sink.events] == [1, 2]
