@@ -114,6 +114,7 @@ class _Family:
         "_blocks",
         "_dirty",
         "_order",
+        "_prefixes",
         "changed",
         "documentation",
         "header",
@@ -143,6 +144,7 @@ class _Family:
         self._blocks: list[_Block] = []
         self._block_of: dict[LabelValues, _Block] = {}
         self._dirty: set[LabelValues] = set()
+        self._prefixes: dict[LabelValues, bytes] = {}
         self.changed = False  # anything changed since the last render (cleared by the owner)
 
     def __len__(self) -> int:
@@ -157,6 +159,7 @@ class _Family:
         self._block_of[key] = block
 
     def _drop_series(self, key: LabelValues) -> None:
+        self._prefixes.pop(key, None)
         block = self._block_of.pop(key)
         del block.chunks[key]
         block.body = None
@@ -169,6 +172,7 @@ class _Family:
         self._blocks = []
         self._block_of = {}
         self._dirty = set()
+        self._prefixes = {}
         self.changed = True
 
     def _touch(self, key: LabelValues) -> None:
@@ -183,6 +187,14 @@ class _Family:
         if not key:
             return ""
         return "{" + ",".join(f'{n}="{v}"' for n, v in self._sorted_pairs(key)) + "}"
+
+    def _prefix(self, key: LabelValues) -> bytes:
+        """``name{labels} `` of a single-sample series, escaped and sorted once per series: the hot
+        path re-renders only the value (two gauge series move on every TrainJob state change)."""
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            prefix = self._prefixes[key] = f"{self.name}{self._labelstr(key)} ".encode()
+        return prefix
 
     def _render_series(self, key: LabelValues) -> bytes:
         raise NotImplementedError
@@ -236,7 +248,7 @@ class _CounterFamily(_Family):
         self._touch(key)
 
     def _render_series(self, key: LabelValues) -> bytes:
-        return f"{self.name}{self._labelstr(key)} {_fmt_int(self.values[key])}\n".encode()
+        return self._prefix(key) + _fmt_int(self.values[key]).encode() + b"\n"
 
     def metric(self) -> Metric:
         family = CounterMetricFamily(self.base_name, self.documentation, labels=self.label_names)
@@ -280,7 +292,7 @@ class _GaugeFamily(_Family):
             self._touch(key)
 
     def _render_series(self, key: LabelValues) -> bytes:
-        return f"{self.name}{self._labelstr(key)} {_fmt_int(self.values[key])}\n".encode()
+        return self._prefix(key) + _fmt_int(self.values[key]).encode() + b"\n"
 
     def metric(self) -> Metric:
         family = GaugeMetricFamily(self.name, self.documentation, labels=self.label_names)
