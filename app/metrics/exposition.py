@@ -61,7 +61,7 @@ _generate_openmetrics: Callable[[Collector], bytes] = _om_exposition.generate_la
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff"
 # Trainer texts at least this large are compressed in a worker thread by the async variant; below it
 # the thread hand-off costs more than it saves.
-_THREAD_MIN_BYTES = 64 * 1024
+_THREAD_MIN_BYTES = 256 * 1024
 
 
 class TrainerSource(Protocol):
