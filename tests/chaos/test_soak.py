@@ -80,14 +80,23 @@ def test_no_replica_crashed_and_nothing_died_silently(report: dict[str, Any]) ->
 
 
 def test_resident_memory_bounded_after_warmup(report: dict[str, Any]) -> None:
+    """Whole-process RSS (service replicas, simulated server, generator, this test): the simulated server's
+    watch history is pre-filled to its high-water mark, serialized, before the replicas start."""
     assert report["rss_growth"] is not None
-    assert report["rss_growth"] <= 0.10, (report["rss_warm_mb"], report["rss_end_mb"])
+    assert report["rss_growth"] <= 0.10, (report["rss_warm_mb"], report["rss_end_mb"], report["memory"])
+
+
+def test_stopped_and_killed_replicas_were_freed(report: dict[str, Any]) -> None:
+    """Every replica stopped or killed during the soak (leader kills, graceful restarts) was garbage at the
+    end: no Service, informer cache, journal or client of a stopped replica stays behind."""
+    assert report["replicas_stopped"] >= 2 * len(("kill", "restart"))
+    assert report["stopped_services_alive"] == []
 
 
 def test_readiness_recovers_after_every_stall(report: dict[str, Any]) -> None:
     assert report["stalls"], "no stall lasted longer than the inactivity timeout"
     for s in report["stalls"]:
-        assert all(s["ready_again_within_15s"].values()), s
+        assert all(s["ready_again_later"].values()), s
 
 
 def test_readiness_false_while_a_watch_is_stalled(report: dict[str, Any]) -> None:
