@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 JITTER_FACTOR = 1.2  # client-go's JitterUntil factor for the acquire loop
 RELEASED_LEASE_DURATION = 1  # 0 fails Lease validation (k8s#88194), so a released Lease says 1 s
+_RELEASE_ATTEMPTS = 3  # a conflicting release re-reads the Lease and tries again, within the renew deadline
 _LOG_REPEAT_INTERVAL = 60.0  # a repeated failure of the same kind is logged at most once a minute
 
 
@@ -568,28 +569,38 @@ class LeaseElector:
     async def _release(self) -> None:
         """Give the Lease up (holder "", 1 s) so a follower takes over on its next retry; bounded."""
         cfg = self._config
-        rec = self._observed_record
-        if self._observed_lease is None or rec is None or rec.holder_identity != cfg.identity:
-            return  # not ours (any more): nothing to release
-        now_wall = datetime.now(UTC)
-        body = self._lease_body(
-            self._observed_lease,
-            holder="",
-            duration=RELEASED_LEASE_DURATION,
-            acquire=now_wall,
-            renew=now_wall,
-            transitions=rec.lease_transitions,
-        )
         try:
             async with asyncio.timeout(cfg.renew_deadline):
-                self._observe(await self._client.replace(cfg.lease_namespace, cfg.lease_name, body))
+                for _ in range(_RELEASE_ATTEMPTS):
+                    rec = self._observed_record
+                    if self._observed_lease is None or rec is None or rec.holder_identity != cfg.identity:
+                        return  # not ours (any more): nothing to release
+                    now_wall = datetime.now(UTC)
+                    body = self._lease_body(
+                        self._observed_lease,
+                        holder="",
+                        duration=RELEASED_LEASE_DURATION,
+                        acquire=now_wall,
+                        renew=now_wall,
+                        transitions=rec.lease_transitions,
+                    )
+                    try:
+                        self._observe(await self._client.replace(cfg.lease_namespace, cfg.lease_name, body))
+                    except Exception as exc:
+                        if getattr(exc, "status", None) != 409:
+                            raise
+                        # Our cached copy is stale: typically a renew cut short by the shutdown reached the
+                        # server but its answer did not reach us. Read it again; release it if still ours.
+                        self._observe(await self._client.get(cfg.lease_namespace, cfg.lease_name))
+                        continue
+                    log.info("lease %s: released by %s", cfg.lease_name, cfg.identity)
+                    return
+                raise RuntimeError(f"still conflicting after {_RELEASE_ATTEMPTS} attempts")
         except Exception as exc:  # TimeoutError included
             _, text = _describe(exc)
             log.warning(
                 "lease %s: release failed (%s); followers wait for it to expire", cfg.lease_name, text
             )
-        else:
-            log.info("lease %s: released by %s", cfg.lease_name, cfg.identity)
 
     # ---- observation ------------------------------------------------------------------------------
 

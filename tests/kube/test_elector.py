@@ -475,6 +475,34 @@ def test_graceful_release_hands_over_within_a_retry_period() -> None:
     run_virtual(main)
 
 
+def test_release_with_a_stale_cached_lease_rereads_and_still_releases() -> None:
+    """A renew cut short by the shutdown can reach the server while its answer is lost: the leader's cached
+    resourceVersion is then stale and the release PUT conflicts. It reads the Lease again and, still the
+    holder, releases it, so a follower takes over within a retry period instead of a lease duration."""
+
+    async def main() -> None:
+        store, tl = LeaseStore(), Timeline()
+        a = Candidate("a", store, tl).start()
+        await wait_until(lambda: tl.leaders() == ["a"])
+        b = Candidate("b", store, tl).start()
+        await asyncio.sleep(LEASE)
+        # The server has a newer version of a's own Lease than a has seen (same holder, new RV).
+        lease = store.get()
+        assert lease is not None
+        store.put_raw(lease)
+        conflicts_before = store.conflicts
+        stop_at = now()
+        await a.stop()
+        assert store.conflicts == conflicts_before + 1  # the first release PUT conflicted
+        assert spec_of(store)["holderIdentity"] == ""  # ... and the second one released it
+        await wait_until(lambda: tl.leaders() == ["b"])
+        assert tl.intervals[1][1] - stop_at <= (1 + 1.2) * RETRY + 0.1
+        tl.assert_no_overlap()
+        await b.stop()
+
+    run_virtual(main)
+
+
 def test_killed_leader_is_replaced_only_after_the_lease_duration() -> None:
     async def main() -> None:
         store, tl = LeaseStore(), Timeline()
