@@ -30,7 +30,7 @@ from app.api.models import (
 from app.api.routes import InvalidContinueToken
 from app.config import Settings, unknown_env_vars
 from app.kube.client import KubeClient
-from app.kube.elector import ElectorConfig, KubeLeaseClient, LeaseElector, LeaseRecord
+from app.kube.elector import ElectorConfig, KubeLeaseClient, LeaseElector, LeaseRecord, parse_lease
 from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
 from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS, ResourceKind
@@ -225,14 +225,42 @@ class Service:
             retry_period=s.retry_period_seconds,
         )
         assert self.client is not None
+        leases = KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds)
+        await self._defer_to_warm_followers(leases)
         self.elector = LeaseElector(
-            KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds),
+            leases,
             config,
             _Callbacks(self),
             annotations=self._lease_annotations,
             on_observed=self._remember_watermark,
         )
         await self.elector.run()
+
+    async def _defer_to_warm_followers(self, leases: KubeLeaseClient) -> None:
+        """Hold back this replica's first candidacy for one lease duration if another replica holds
+        the Lease. A replica that has just started saw nothing before its first list, so if the holder
+        died, a warm follower (whose journal covers the gap) must take over rather than this one.
+        """
+        s = self.settings
+        try:
+            lease = await leases.get(s.lease_namespace, s.lease_name)
+            record = parse_lease(lease) if lease is not None else None
+        except Exception:  # unreadable or unreachable: the elector will sort it out
+            record = None
+        if record is None:
+            return
+        self._remember_watermark(record)
+        if record.holder_identity and record.holder_identity != s.identity:
+            # The Lease can only expire a lease duration after its last renew; warm candidates retry every
+            # 1 to 2.2 retry periods (jittered), so three of those on top let them win a dead holder's Lease.
+            wait = max(record.lease_duration_seconds, s.lease_duration_seconds) + 3 * s.retry_period_seconds
+            log.info(
+                "%s holds the Lease: waiting %.1f s before running for leadership, so that a warm "
+                "replica takes over first if it has gone",
+                record.holder_identity,
+                wait,
+            )
+            await asyncio.sleep(wait)
 
     # --- leadership ------------------------------------------------------------------------------
 

@@ -393,3 +393,39 @@ async def test_unresponsive_leader_stops_before_takeover(
             f"margin {took_over - a_stopped:.3f} s; "
             f"counted twice {len(duplicates)}"
         )
+
+
+async def test_fresh_replica_started_at_a_kill_defers_to_the_warm_follower(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    """A replica that starts right when the leader dies saw nothing before its first list; the warm
+    follower, whose journal covers the gap, must take over, and nothing is lost."""
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    async with Fleet(tmp_path) as fleet:
+        a = await fleet.add(kubeconfig, "a")
+        await fleet.wait_leader()
+        b = await fleet.add(kubeconfig, "b")
+        await fleet.wait_candidates()
+        before = workload.snapshot()
+        async with generating(workload):
+            await asyncio.sleep(1.0)
+            await a.service.kill()
+            c = await fleet.add(kubeconfig, "c")  # fresh, started while a's Lease is still valid
+            await eventually(lambda: all(i.synced for i in c.service.informers), what="c synced")
+            await asyncio.sleep(0.3)
+            assert c.service.elector is None, "a fresh replica must not run while another holds the Lease"
+            await eventually(lambda: b.service.journal.leading, timeout=10, what="b leads")
+            await asyncio.sleep(1.0)
+        await settle(fleet, workload)
+        after = workload.snapshot()
+        assert not c.service.journal.leading
+        assert c.service.journal.counted == 0
+        # No TrainJob was counted before `before` (the workload only runs inside `generating`), so the
+        # replicas' totals are what they counted in this test: nothing lost means at least the truth.
+        truth = truth_counts(after, before)
+        counted: Counts = {}
+        for r in fleet.replicas:
+            add_counts(counted, counter_values(r.service))
+        for kind, series in truth.items():
+            for labels, value in series.items():
+                assert counted.get(kind, {}).get(labels, 0) >= value, (kind, labels, value)
