@@ -255,8 +255,8 @@ def last_write_rv(store: Any, resource: Any) -> int:
     """resourceVersion of the last write (create, update or delete) to ``resource`` the store remembers;
     after a compaction, the newest live object's (the informer relists at the store's revision anyway)."""
     events = store.events_since(resource, store.horizon)
-    newest = events[-1].rv if events else 0
-    return max([newest, *(e.rv for e in store.entries(resource, None))])
+    newest: int = events[-1].rv if events else 0
+    return max([newest, *(int(e.rv) for e in store.entries(resource, None))])
 
 
 def caches_match_store(service: Service, store: Any) -> bool:
