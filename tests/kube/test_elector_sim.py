@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from app.kube.microtime import parse_microtime
 from app.kube.resources import LEASES
 from app.sim.cluster import SimulatedCluster
 from app.sim.store import Store
+from tests.kube.test_elector import Timeline  # loop time, which is time.monotonic() here
 
 NS, NAME = "monitoring", "trainer-metrics"
 WATERMARK = "trainer-metrics.kubeflow.org/watermark"
@@ -31,33 +30,6 @@ LEASE, DEADLINE, RETRY = 1.5, 1.0, 0.2
 LEASE_WRITTEN = 2  # whole seconds, rounded up
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@dataclass
-class Timeline:
-    """Leadership intervals (monotonic time) of all candidates, from their callbacks."""
-
-    intervals: list[list[Any]] = field(default_factory=list)  # [identity, start, stop | None, previous]
-
-    def started(self, identity: str, previous: LeaseRecord | None) -> None:
-        assert self.current(identity) is None
-        self.intervals.append([identity, time.monotonic(), None, previous])
-
-    def stopped(self, identity: str) -> None:
-        interval = self.current(identity)
-        assert interval is not None
-        interval[2] = time.monotonic()
-
-    def current(self, identity: str) -> list[Any] | None:
-        return next((i for i in self.intervals if i[0] == identity and i[2] is None), None)
-
-    def leaders(self) -> list[str]:
-        return [i[0] for i in self.intervals if i[2] is None]
-
-    def assert_no_overlap(self) -> None:
-        spans = sorted(self.intervals, key=lambda i: i[1])
-        for a, b in itertools.pairwise(spans):
-            assert a[2] is not None and a[2] <= b[1], f"two leaders at once: {a[:3]} and {b[:3]}"
 
 
 class Candidate:
