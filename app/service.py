@@ -80,6 +80,11 @@ def parse_watermarks(annotations: Mapping[str, str]) -> Watermarks | None:
     return None
 
 
+def _max_watermarks(a: Watermarks, b: Watermarks) -> Watermarks:
+    """Per stream, the higher of two watermarks (a stream in either)."""
+    return {stream: max(a.get(stream, -1), b.get(stream, -1)) for stream in a.keys() | b.keys()}
+
+
 def _utc(epoch: float | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
 
@@ -265,7 +270,10 @@ class Service:
     # --- leadership ------------------------------------------------------------------------------
 
     def _lease_annotations(self) -> dict[str, str]:
-        watermarks = self.journal.watermarks
+        # Never publish less than the Lease has said: a replica that led before and takes the Lease again
+        # still holds its old term's watermark when the acquiring write is built (start_leading runs after
+        # it), and writing that would let the next takeover recount what the leaders in between counted.
+        watermarks = _max_watermarks(self.journal.watermarks, self._seen_watermarks or {})
         return {WATERMARK_ANNOTATION: format_watermarks(watermarks)} if watermarks else {}
 
     def _remember_watermark(self, record: LeaseRecord) -> None:
@@ -291,7 +299,9 @@ class Service:
         if previous is not None:
             watermarks = parse_watermarks(previous.annotations)
             if watermarks is not None:
-                return watermarks
+                # Every watermark a leader published was counted up to, so a lower value than one seen
+                # before (a Lease written by an older version, or restored) must not lower the floor.
+                return _max_watermarks(watermarks, self._seen_watermarks or {})
         if self._seen_watermarks is not None:
             return dict(self._seen_watermarks)
         return 0 if not self._seen_other_leader else None

@@ -38,6 +38,10 @@ Limits:
 * the watermark is the highest rv counted, and the skip rule assumes that an event with a lower rv
   than one already counted was counted too. Events of one watch stream arrive in rv order, so this
   holds except for a relist racing the hand-over (its diff can surface an older-rv edge late).
+* an edge that a replica's watch missed and its relist found carries the rv of the job's state in the
+  list, which can be later than the edge. If the previous leader counted the edge at or below the
+  floor while this replica's list showed the job above it, the edge is counted again after a
+  takeover. The edge's own rv is unknown to this replica; counting errs on the side of nothing lost.
 * ``start_leading(None)`` means nothing is known about what was counted (no previous leader recorded
   a watermark): nothing remembered is replayed, only events from now on are counted; this prefers
   missing a few events over double counting an unknown number. Pass ``0`` instead when it is known

@@ -26,7 +26,10 @@ a graceful hand-over is exact; after a kill (or a lost Lease whose release faile
 leader counted above the watermark it had last published may be counted again by the next leader (at
 most one renew period of events), nothing is lost. For every term that ends, the events it counted above
 the Lease's published watermark are recorded; the next term's floor (the watermark it starts from) says
-which of them may be counted again: that is the per-series allowance.
+which of them may be counted again: that is the per-series allowance. The second documented bound
+(docs/leadership.md): an edge that the new leader's relist found on a newer state of the job, above its
+floor while the edge itself was at or below it; ``DoubleCounts`` catches every edge counted twice as it
+happens, names its cause, and adds these (verified against that replica's relists) to the allowance.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import gc
 import json
 import logging
@@ -45,7 +49,7 @@ import tempfile
 import time
 import tracemalloc
 import weakref
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -146,8 +150,12 @@ def counter_values(service: Service) -> Values:
             keys = COUNTERS[name][0] if name in COUNTERS else ACCEL_KEY
             d = dict(labels)
             key = tuple(d.get(k, "") for k in keys)
+            key = _KEYS.setdefault(key, key)  # one tuple per series for the whole soak, not per reading
             out[name][key] = out[name].get(key, 0.0) + value
     return out
+
+
+_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 def _sub(a: Values, b: Values) -> Values:
@@ -205,14 +213,21 @@ class Term:
     identity: str
     started: float
     floor: int | None
-    start_values: Values
+    start_values: Values  # emptied when the term ends: only ``counted`` is kept
     stopped: float | None = None
-    stop_values: Values | None = None
+    counted: Values | None = None  # what this term counted: non-zero (end - start) per series
     final_watermark: int | None = None
     published_at_stop: int | None = None
     how: str = "open"  # open, stopped (lost or released), killed, graceful
     # (rv, series) of events this term counted above the watermark published when it ended.
     at_risk: list[tuple[int, list[tuple[str, tuple[str, ...]]]]] = field(default_factory=list)
+
+    def end(self, values: Values) -> None:
+        # Keep only the non-zero difference: full snapshots of every term would grow the soak process
+        # by ~1 MB per leader term, which the RSS check would then blame on the service.
+        delta = _sub(values, self.start_values)
+        self.counted = {name: {k: v for k, v in by.items() if v} for name, by in delta.items()}
+        self.start_values = {}
 
 
 class Recorder:
@@ -250,7 +265,7 @@ class Recorder:
             if term is None:
                 return
             term.stopped = self.now()
-            term.stop_values = counter_values(service)
+            term.end(counter_values(service))
             term.final_watermark = service.journal.watermark
             term.published_at_stop = published_watermark(self.sim)
             term.how = self.pending_how.pop(identity, "stopped")
@@ -268,9 +283,105 @@ class Recorder:
     def close_open_terms(self, services: dict[str, Service]) -> None:
         """The open term (the final leader) is read now, as if it ended here."""
         for identity, term in self.open.items():
-            term.stop_values = counter_values(services[identity])
+            term.end(counter_values(services[identity]))
             term.stopped = self.now()
             term.final_watermark = services[identity].journal.watermark
+
+
+DOCUMENTED_DOUBLES = ("crash bound", "seen late with a newer rv")
+
+
+class DoubleCounts:
+    """Every countable edge that a leader counts when some leader has counted it already, caught as it
+    happens: each replica's ``CountJournal._count`` is wrapped. The first count of the last ``window``
+    edges is remembered (hand-overs recount recent edges only), so memory stays flat after warm-up.
+    ``classify`` names the cause of each from the leader terms and the replicas' relists. Two causes are
+    documented bounds (docs/leadership.md): the crash bound, and an edge a follower's relist surfaced with
+    a newer rv than the edge itself, above the floor it took over from."""
+
+    def __init__(self, t0: float, window: int = 5000) -> None:
+        self.t0 = t0
+        self.window = window
+        self.first: OrderedDict[tuple[str, Any], tuple[str, float, int]] = OrderedDict()
+        # (kind, uid, first count, this count, the series this count incremented)
+        self.found: list[
+            tuple[str, Any, tuple[str, float, int], tuple[str, float, int], list[tuple[str, tuple[str, ...]]]]
+        ] = []
+
+    def attach(self, service: Service) -> None:
+        identity = service.settings.identity
+        journal = service.journal
+        orig = journal._count
+
+        def count(event: Any) -> None:
+            orig(event)
+            key = ("created" if isinstance(event, JobCreated) else "finished", event.uid)
+            now = (identity, round(time.monotonic() - self.t0, 3), event.rv)
+            prior = self.first.get(key)
+            if prior is not None:
+                self.found.append((key[0], key[1], prior, now, _event_keys(event)))
+                return
+            self.first[key] = now
+            if len(self.first) > self.window:
+                self.first.popitem(last=False)
+
+        journal._count = count  # type: ignore[method-assign]
+
+    def classify(self, terms: list[Term], relisted: Callable[[str, int, int], bool]) -> list[dict[str, Any]]:
+        """``relisted(identity, edge_rv, seen_rv)``: a relist of that replica covered the edge (its watch was
+        down at ``edge_rv``) and listed the job at ``seen_rv``."""
+
+        def term_of(who: str, t: float) -> Term | None:
+            for term in terms:
+                # Replays run inside the take-over, a moment before the term is recorded.
+                if (
+                    term.identity == who
+                    and term.started - 0.05 <= t
+                    and (term.stopped is None or t <= term.stopped)
+                ):
+                    return term
+            return None
+
+        out = []
+        for kind, uid, (who1, t1, rv1), (who2, t2, rv2), series in self.found:
+            first, again = term_of(who1, t1), term_of(who2, t2)
+            floor = again.floor if again is not None else None
+            if who1 == who2:
+                cause = "same identity"
+            elif floor is not None and rv1 <= floor < rv2 and relisted(who2, rv1, rv2):
+                cause = "seen late with a newer rv"
+            elif (
+                first is not None
+                and first.how != "graceful"
+                and rv1 > (first.published_at_stop or 0)
+                and (floor is None or rv2 > floor)
+            ):
+                cause = "crash bound"
+            else:
+                cause = "other"
+            out.append(
+                {
+                    "kind": kind,
+                    "uid": str(uid),
+                    "cause": cause,
+                    "first": {
+                        "who": who1,
+                        "t": t1,
+                        "rv": rv1,
+                        "term_how": first and first.how,
+                        "published_at_stop": first and first.published_at_stop,
+                    },
+                    "again": {
+                        "who": who2,
+                        "t": t2,
+                        "rv": rv2,
+                        "floor": floor,
+                        "term_start": again and again.started,
+                    },
+                    "series": series,
+                }
+            )
+        return out
 
 
 @dataclass
@@ -474,6 +585,17 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def trimmed_rss_bytes() -> int:
+    """RSS after a full collection and glibc's ``malloc_trim(0)``, which returns free heap pages to the
+    kernel. Without it, RSS keeps the high-water mark of every transient peak (the simulated server's
+    relist pages and watch buffers share this process), so a longer run ratchets up without any object
+    being kept. This is what the growth check uses; the raw RSS is reported next to it."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_bytes()
+
+
 _REPO = Path(__file__).resolve().parents[2]
 _APP, _SIM, _TESTS = (f"{_REPO / d}{os.sep}" for d in ("app", "app/sim", "tests"))
 _GENERATOR_FILES = frozenset({"generator.py", "truth.py", "shapes.py"})
@@ -534,17 +656,22 @@ class Soak:
         self.injected: Counter[str] = Counter()
         self.episodes: list[dict[str, Any]] = []
         self.stalls: list[tuple[float, float, str | None]] = []  # (start, end, resource) in soak time
-        self.readiness: list[tuple[float, str, int, str]] = []  # (t, identity, status, body)
+        self.uncalm_stalls = 0  # stalls that began while some informer was not watching: not checked
+        self.readiness: list[tuple[float, str, int]] = []  # (t, identity, status)
         self.liveness: dict[str, list[str]] = {}
         self.dead_tasks: list[str] = []
         self.loop_errors: list[str] = []
         self.rss: list[tuple[float, int]] = []
         self.t0 = time.monotonic()
         self.problems: list[str] = []  # things that went wrong in the harness itself
+        self.lease_watermark: int | None = None  # highest watermark written to the Lease so far
+        self.lease_writes = 0
+        self.watermark_decreases: list[str] = []
         self.visibility = Visibility()
         self.spans: dict[str, Span] = {}
         self.stopped_services: list[tuple[str, weakref.ref[Service]]] = []
         self.memory: dict[str, dict[str, Any]] = {}  # "warm" / "end": structure sizes, traced MB by part
+        self.trimmed: dict[str, int] = {}  # "warm" / "end": trimmed_rss_bytes()
 
     def t(self) -> float:
         return round(time.monotonic() - self.t0, 3)
@@ -564,6 +691,7 @@ class Soak:
         }
         r = await stack.enter_async_context(replica(self.kubeconfig, identity, **overrides))
         self.recorder.attach(r.service)
+        self.doubles.attach(r.service)
         self.spans[identity] = self.visibility.attach(r.service)
         self.live[identity] = Live(r, stack, self.t())
         return identity
@@ -603,6 +731,26 @@ class Soak:
     def all_ready(self) -> bool:
         return all(not e.replica.service.readiness_problems() for e in self.live.values())
 
+    def on_lease_write(self, event: Any) -> None:
+        """Every committed Lease write: its watermark must never go below one published before it (each
+        published watermark was counted up to; a lower one lets a takeover recount)."""
+        if event.resource != LEASES or event.type == "DELETED":
+            return
+        raw = (event.entry.obj.get("metadata") or {}).get("annotations", {}).get(WATERMARK_ANNOTATION)
+        if raw is None or not raw.isdigit():
+            return
+        value = int(raw)
+        if self.lease_watermark is not None and value < self.lease_watermark:
+            holder = (event.entry.obj.get("spec") or {}).get("holderIdentity")
+            self.watermark_decreases.append(
+                f"{self.t()}: {holder!r} wrote {value} after {self.lease_watermark}"
+            )
+        self.lease_watermark = max(value, self.lease_watermark or 0)
+        self.lease_writes += 1
+
+    def all_watching(self) -> bool:
+        return all(i.watching for e in self.live.values() for i in e.replica.service.informers)
+
     # -- background samplers --
 
     async def sample_readiness(self, stop: asyncio.Event) -> None:
@@ -610,8 +758,7 @@ class Soak:
             for identity, entry in list(self.live.items()):
                 try:
                     resp = await entry.replica.http.get("/readyz")
-                    body = resp.text[:300] if resp.status_code != 200 else ""
-                    self.readiness.append((self.t(), identity, resp.status_code, body))
+                    self.readiness.append((self.t(), identity, resp.status_code))
                 except Exception as exc:  # a replica stopping under us
                     if identity in self.live:
                         self.problems.append(f"/readyz of {identity} failed: {exc!r}")
@@ -638,7 +785,7 @@ class Soak:
         while not stop.is_set():
             self.rss.append((self.t(), rss_bytes()))
             if "warm" not in self.memory and self.t() >= self.cfg.warmup_seconds:
-                gc.collect()
+                self.trimmed["warm"] = trimmed_rss_bytes()
                 self.memory["warm"] = self.memory_point()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
@@ -664,15 +811,23 @@ class Soak:
         info: dict[str, Any] = {"kind": kind, "t": self.t()}
         watched = ("trainjobs", "trainingruntimes", "clustertrainingruntimes", None)
         if kind == "stall_watches":
-            # Start from a calm state, so the stall alone decides staleness (a relist is activity).
-            await self.wait_for(self.all_ready, 10.0)
+            # Start from a calm state, so the stall alone decides staleness. Fresh activity legitimately
+            # restarts the inactivity clock: a list, or a new stream after a reset (not after a silent
+            # one). So pending faults of earlier episodes are dropped (one could cut a stalled stream),
+            # and every informer must be watching, not listing or backing off.
+            f.clear()
+            # An informer can sit in a backoff of up to 30 s after a run of errors.
+            calm = await self.wait_for(lambda: self.all_ready() and self.all_watching(), 30.0)
             resource = rng.choice(("trainjobs", None))
             duration = self.cfg.inactivity_timeout + rng.uniform(*self.cfg.stall_extra)
             start = self.t()
             f.stall_watches(resource=resource)
             await asyncio.sleep(duration)
             f.release_watches()
-            self.stalls.append((start, self.t(), resource))
+            if calm:
+                self.stalls.append((start, self.t(), resource))
+            else:
+                self.uncalm_stalls += 1
             info.update(resource=resource, seconds=round(duration, 2))
         elif kind == "reset_watches":
             info["streams"] = f.reset_watches(resource=rng.choice(watched))
@@ -775,9 +930,12 @@ class Soak:
                 self.gen.load_runtimes()
                 self.visibility.attach_truth(self.gen.truth)
                 self.recorder = Recorder(sim, self.t0)
+                self.doubles = DoubleCounts(self.t0)
+                unsubscribe = sim.store.subscribe(self.on_lease_write)
                 try:
                     return await self._run_inner()
                 finally:
+                    unsubscribe()
                     for identity in list(self.live):
                         with contextlib.suppress(Exception):
                             await self.stop_replica(identity, kill=False)
@@ -852,6 +1010,7 @@ class Soak:
         settle_seconds = time.monotonic() - settle_start
         gc.collect()
         rss_end = rss_bytes()
+        self.trimmed["end"] = trimmed_rss_bytes()
         self.memory["end"] = self.memory_point()
         stopped_alive = [identity for identity, ref in self.stopped_services if ref() is not None]
         end_truth = self.gen.snapshot()
@@ -930,9 +1089,19 @@ class Soak:
         handovers: list[dict[str, Any]] = []
         overlaps: list[str] = []
         ordered = sorted(terms, key=lambda t: t.started)
+
+        def relisted(identity: str, edge_rv: int, seen_rv: int) -> bool:
+            return any(
+                before < edge_rv and seen_rv <= listed
+                for span in self.visibility.spans
+                if span.identity == identity
+                for before, listed in span.relists
+            )
+
+        doubles = self.doubles.classify(ordered, relisted)
         for i, term in enumerate(ordered):
-            if term.stop_values is not None:
-                _add_into(summed, _sub(term.stop_values, term.start_values))
+            if term.counted is not None:
+                _add_into(summed, term.counted)
             if i == 0:
                 continue
             prev = ordered[i - 1]
@@ -958,6 +1127,12 @@ class Soak:
                     "may_double_count": len(risky),
                 }
             )
+        # The second documented bound: an edge a follower's relist surfaced with a newer rv than the edge,
+        # above the floor it took over from (verified per edge against that replica's relists).
+        seen_late = [d for d in doubles if d["cause"] == "seen late with a newer rv"]
+        for d in seen_late:
+            for name, key in d["series"]:
+                allowance.setdefault(name, {})[key] = allowance.get(name, {}).get(key, 0) + 1
         differences: dict[str, dict[str, float]] = {}
         violations: list[str] = []
         per_counter: dict[str, dict[str, float]] = {}
@@ -1000,14 +1175,14 @@ class Soak:
             if end - lo < 0.3:
                 continue
             per: dict[str, list[int]] = {}
-            for t, identity, status, _ in self.readiness:
+            for t, identity, status in self.readiness:
                 if lo <= t <= end:
                     per.setdefault(identity, []).append(status)
             recovered = {}
             for identity in per:
                 # "True again after it recovered": recovery can wait for the informer's backoff (capped at
                 # 30 s) when other faults overlap the stall, so any later 200 counts, not a fixed window.
-                later = [s for t, i, s, _ in self.readiness if i == identity and t > end]
+                later = [s for t, i, s in self.readiness if i == identity and t > end]
                 recovered[identity] = 200 in later
             stall_checks.append(
                 {
@@ -1025,6 +1200,7 @@ class Soak:
         rss_warm = (
             statistics.median(after_warmup[:5]) if after_warmup else (self.rss[0][1] if self.rss else 0)
         )
+        trimmed_warm, trimmed_end = self.trimmed.get("warm", 0), self.trimmed.get("end", 0)
         by_kind = Counter(e["kind"] for e in self.episodes)
         lifecycles = sum(finished.values())
         return {
@@ -1049,6 +1225,9 @@ class Soak:
             "sim_fault_counters": dict(sorted(self.sim.faults.counters.items())),
             "leader_terms": len(terms),
             "handovers": handovers,
+            "doubles_by_cause": dict(Counter(d["cause"] for d in doubles)),
+            "doubles_not_crash_bound": [d for d in doubles if d["cause"] != "crash bound"][:50],
+            "doubles_unexplained": sum(1 for d in doubles if d["cause"] not in DOCUMENTED_DOUBLES),
             "non_exact_handovers": sum(1 for h in handovers if not h["exact"]),
             "kills": by_kind.get("leader_kill", 0),
             "overlapping_terms": overlaps,
@@ -1068,6 +1247,11 @@ class Soak:
             "rss_end_mb": round(rss_end / 2**20, 1),
             "rss_growth": round((rss_end - rss_warm) / rss_warm, 4) if rss_warm else None,
             "rss_peak_mb": round(max((b for _, b in self.rss), default=0) / 2**20, 1),
+            "rss_trimmed_warm_mb": round(trimmed_warm / 2**20, 1),
+            "rss_trimmed_end_mb": round(trimmed_end / 2**20, 1),
+            "rss_trimmed_growth": round((trimmed_end - trimmed_warm) / trimmed_warm, 4)
+            if trimmed_warm
+            else None,
             "rss_warm_at_s": round(warm_at, 1),
             "rss_mb_every_10s": [
                 (round(t), round(b / 2**20, 1)) for i, (t, b) in enumerate(self.rss) if i % 10 == 0
@@ -1078,8 +1262,11 @@ class Soak:
             "memory": self.memory,
             "service_traced_growth": _traced_growth(self.memory, "service"),
             "stalls": stall_checks,
+            "stalls_not_checked": self.uncalm_stalls,
             "readiness_samples": len(self.readiness),
             "harness_problems": self.problems,
+            "lease_writes": self.lease_writes,
+            "lease_watermark_decreases": self.watermark_decreases,
             "replicas_started": self.replica_seq,
             "store_trainjobs_end": len(self.sim.store.list(TRAINJOBS, None)[0]),
         }
@@ -1132,6 +1319,11 @@ def render_table(report: dict[str, Any]) -> str:
         f"{report['rss_warm_mb']} / {report['rss_end_mb']} / {report['rss_peak_mb']}",
     )
     row("RSS growth after warm-up", f"{100 * (report['rss_growth'] or 0):.1f} %")
+    row(
+        "trimmed RSS warm / end / growth (checked)",
+        f"{report['rss_trimmed_warm_mb']} / {report['rss_trimmed_end_mb']} MB / "
+        f"{100 * (report['rss_trimmed_growth'] or 0):.1f} %",
+    )
     for point in ("warm", "end"):
         m = report["memory"].get(point)
         if m:
@@ -1149,7 +1341,15 @@ def render_table(report: dict[str, Any]) -> str:
     row("liveness problems / dead tasks", f"{report['liveness_problems']} / {report['dead_tasks']}")
     row("ERROR log records", len(report["error_log_records"]))
     fractions = [min(s["not_ready_fraction"].values(), default=1.0) for s in report["stalls"]]
-    row("stalls checked / min not-ready share", f"{len(fractions)} / {min(fractions, default=None)}")
+    row(
+        "stalls checked (not calm) / min not-ready share",
+        f"{len(fractions)} ({report['stalls_not_checked']}) / {min(fractions, default=None)}",
+    )
+    row("edges counted again, by cause", json.dumps(report["doubles_by_cause"]))
+    row(
+        "Lease writes / watermark decreases",
+        f"{report['lease_writes']} / {len(report['lease_watermark_decreases'])}",
+    )
     row("harness problems", report["harness_problems"] or "none")
     return "\n".join(lines)
 
@@ -1197,12 +1397,18 @@ def check(report: dict[str, Any], cfg: SoakConfig) -> list[str]:
         out.append(f"liveness: {report['liveness_problems']} {report['dead_tasks']}")
     if report["error_log_records"] or report["loop_exceptions"]:
         out.append(f"errors logged: {report['error_log_records'][:5]} {report['loop_exceptions'][:5]}")
-    if report["rss_growth"] is not None and report["rss_growth"] > 0.10:
-        out.append(f"RSS grew {100 * report['rss_growth']:.1f} % after warm-up")
+    if report["rss_trimmed_growth"] is None:
+        out.append("no RSS reading at the warm-up point")
+    elif report["rss_trimmed_growth"] > 0.10:
+        out.append(f"RSS (trimmed) grew {100 * report['rss_trimmed_growth']:.1f} % after warm-up")
     if report["stopped_services_alive"]:
         out.append(f"stopped replicas not freed: {report['stopped_services_alive']}")
     if report["harness_problems"]:
         out.append(f"harness: {report['harness_problems']}")
+    if report["doubles_unexplained"]:
+        out.append(f"edges counted again for no documented cause: {report['doubles_by_cause']}")
+    if report["lease_watermark_decreases"]:
+        out.append(f"Lease watermark went down: {report['lease_watermark_decreases'][:5]}")
     for kind in FAULT_KINDS:
         if not report["episodes_by_kind"].get(kind):
             out.append(f"fault kind {kind} never injected")

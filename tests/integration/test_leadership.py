@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from app.kube.microtime import parse_microtime
+from app.kube.microtime import format_microtime, parse_microtime
 from app.kube.resources import LEASES
 from app.service import WATERMARK_ANNOTATION
 from app.sim.cluster import SimulatedCluster
@@ -380,3 +380,54 @@ async def test_brief_api_errors_during_renew_keep_the_leader(
         assert fleet.leaders() == [leader]
         assert leader.service.elector is not None and leader.service.elector.transitions_seen == 1
         assert summed_counts(fleet) == truth_since(after, before)
+
+
+async def test_a_former_leader_taking_the_lease_back_never_lowers_the_watermark(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    """A replica that led, lost the Lease to another leader and takes it back later.
+
+    Its journal still holds its own old term's watermark when it writes the acquiring PUT. Were that
+    written, a takeover from it before its first renew would start below what the leader in between
+    counted, and recount those events. Every Lease write after the other leader's must carry at least
+    the other leader's watermark."""
+    async with Fleet(tmp_path) as fleet:
+        a = await start_fleet(fleet, sim, tmp_path, "a")
+        await run_generator(workload, 1.0)
+        own = a.service.journal.watermark
+        assert own is not None and own > 0
+        writes: list[tuple[str, int | None]] = []
+
+        def on_event(event: Any) -> None:
+            if event.resource == LEASES:
+                obj = event.entry.obj
+                raw = (obj["metadata"].get("annotations") or {}).get(WATERMARK_ANNOTATION)
+                writes.append((obj["spec"].get("holderIdentity", ""), int(raw) if raw else None))
+
+        unsubscribe = sim.store.subscribe(on_event)
+        try:
+            # Another leader (a ghost: it never renews) took the Lease and counted up to now.
+            ghost = sim.store.resource_version + 1
+            sim.store.patch(
+                LEASES,
+                LEASE_NS,
+                LEASE_NAME,
+                {
+                    "metadata": {"annotations": {WATERMARK_ANNOTATION: str(ghost)}},
+                    "spec": {
+                        "holderIdentity": "ghost",
+                        "leaseDurationSeconds": 2,
+                        "renewTime": format_microtime(datetime.now(UTC)),
+                    },
+                },
+            )
+            await eventually(lambda: not a.service.journal.leading, timeout=5, what="a loses the Lease")
+            await eventually(lambda: a.service.journal.leading, timeout=10, what="a leads again")
+            await asyncio.sleep(0.5)  # a few renews
+        finally:
+            unsubscribe()
+        assert own < ghost
+        after_ghost = writes[[holder for holder, _ in writes].index("ghost") + 1 :]
+        assert after_ghost and all(holder == "a" for holder, _ in after_ghost), writes
+        lowered = [w for _, w in after_ghost if w is None or w < ghost]
+        assert not lowered, f"watermarks written after the ghost's {ghost}: {after_ghost}"
