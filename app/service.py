@@ -31,11 +31,12 @@ from app.api.routes import InvalidContinueToken
 from app.config import Settings, unknown_env_vars
 from app.kube.client import KubeClient
 from app.kube.elector import ElectorConfig, KubeLeaseClient, LeaseElector, LeaseRecord, parse_lease
+from app.kube.exact_list import list_at
 from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
 from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS, ResourceKind
 from app.metrics.exposition import MetricsExposition
-from app.metrics.journal import CountJournal
+from app.metrics.journal import CountJournal, counted_before
 from app.metrics.telemetry import SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.events import CountableEvent
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 
 WATERMARK_ANNOTATION = "trainer-metrics.kubeflow.org/watermark"
 _HOUSEKEEPING_INTERVAL = 1.0
+_SETTLE_PAGE_TIMEOUT = 30.0  # seconds per page of the LIST at the hand-over watermark
 
 
 Watermarks = dict[str, int]  # per watch stream: "" (all namespaces) or a namespace name
@@ -108,6 +110,7 @@ class Service:
             telemetry=self.telemetry,
             # One TrainJob watch per configured namespace, else one over all namespaces.
             stream_of=_namespace_stream if settings.namespaces else None,
+            on_uncertain=self._uncertain_pending,
         )
         self.state = TrainerState(
             self.journal,
@@ -125,6 +128,7 @@ class Service:
         self._started_at = time.monotonic()
         self._seen_watermarks: Watermarks | None = None  # highest hand-over watermarks seen in the Lease
         self._seen_other_leader = False  # a Lease record held by another replica was seen
+        self._settler: asyncio.Task[None] | None = None  # settles the journal's uncertain events
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -151,6 +155,10 @@ class Service:
         await self.stop()
 
     async def stop(self) -> None:
+        if self._settler is not None:
+            self._settler.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._settler
         # Reverse order of start: the elector's task releases the Lease when cancelled.
         for task in reversed(self._tasks):
             task.cancel()
@@ -314,6 +322,70 @@ class Service:
             "started leading: exporting the Trainer metrics",
             extra={"previous_watermark": floor, "replayed_events": replayed},
         )
+
+    def _uncertain_pending(self) -> None:
+        if self._settler is None or self._settler.done():
+            self._settler = asyncio.get_running_loop().create_task(
+                self._settle_uncertain(), name="settle uncertain edges"
+            )
+
+    async def _settle_uncertain(self) -> None:
+        """Settle the edges the journal holds as uncertain (app/metrics/journal.py, ``take_uncertain``):
+        read the TrainJobs as they were at the floor, one paginated LIST per stream and floor, and count
+        each edge the previous leader had not. If that read fails (the revision was compacted away, or the
+        API is down), count them all: counting twice is the lesser harm than losing them."""
+        while self.journal.leading:
+            batch = self.journal.take_uncertain()
+            if not batch:
+                return
+            groups: dict[tuple[str, int], list[CountableEvent]] = {}
+            for event, floor in batch:
+                stream = _namespace_stream(event) if self.settings.namespaces else ""
+                groups.setdefault((stream, floor), []).append(event)
+            for (stream, floor), events in groups.items():
+                at_floor: dict[str, bool] | None
+                try:
+                    at_floor = await self._terminal_at(stream or None, floor)
+                except Exception as exc:
+                    log.warning(
+                        "could not read the TrainJobs at the hand-over watermark %s (%s): counting %d "
+                        "edges whose hand-over is uncertain; some may be counted twice",
+                        floor,
+                        exc,
+                        len(events),
+                    )
+                    at_floor = None
+                counted = 0
+                for event in events:
+                    count = at_floor is None or not counted_before(event, at_floor)
+                    counted += count
+                    self.journal.settle(event, count)
+                log.info(
+                    "settled %d edges found by a relist across the hand-over watermark %s: %d counted, "
+                    "%d already counted by the previous leader",
+                    len(events),
+                    floor,
+                    counted,
+                    len(events) - counted,
+                )
+
+    async def _terminal_at(self, namespace: str | None, resource_version: int) -> dict[str, bool]:
+        """uid -> terminal, for every TrainJob as it was at ``resource_version``."""
+        assert self.client is not None
+        out: dict[str, bool] = {}
+        items = list_at(
+            self.client,
+            TRAINJOBS,
+            namespace,
+            resource_version,
+            page_size=self.settings.list_page_size,
+            timeout=_SETTLE_PAGE_TIMEOUT,
+        )
+        async for item in items:
+            job = TRAINJOB_PROJECTOR.from_json(item)
+            if job is not None:
+                out[job.uid] = bool(job.result)
+        return out
 
     def _stop_exporting(self) -> None:
         # Count the creations still waiting for their runtime (with what is known now) so that the

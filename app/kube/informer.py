@@ -487,6 +487,20 @@ class Informer(Generic[T]):
         """Swap in a complete list and tell handlers what changed relative to the cache."""
         old_store = self._store
         initial = not self.synced
+        # A handler that wants to know which notifications come from a relist diff (the Trainer state
+        # tags the edges it finds there with the rv held before the gap) gets told around the diff.
+        on_relist = None if initial else getattr(self._handler, "on_relist", None)
+        if on_relist is not None:
+            on_relist(int(self.resource_version) if self.resource_version.isdigit() else 0)
+        try:
+            self._apply_list(old_store, items, list_rv, unusable, initial)
+        finally:
+            if on_relist is not None:
+                on_relist(None)
+
+    def _apply_list(
+        self, old_store: dict[str, T], items: dict[str, T], list_rv: str, unusable: set[str], initial: bool
+    ) -> None:
         for key in unusable:
             # The object exists but this copy is unusable: keep our last good state rather than reporting
             # a deletion that did not happen.

@@ -39,9 +39,10 @@ Limits:
   than one already counted was counted too. Events of one watch stream arrive in rv order, so this
   holds except for a relist racing the hand-over (its diff can surface an older-rv edge late).
 * an edge that a replica's watch missed and its relist found carries the rv of the job's state in the
-  list, which can be later than the edge. If the previous leader counted the edge at or below the
-  floor while this replica's list showed the job above it, the edge is counted again after a
-  takeover. The edge's own rv is unknown to this replica; counting errs on the side of nothing lost.
+  list (``rv``), which can be later than the edge, and the rv the informer held before the gap
+  (``since``). When the floor lies between the two, the journal cannot tell whether the previous leader
+  counted it: it holds the event as *uncertain* (``take_uncertain``) and the service settles it from
+  the TrainJobs as they were at the floor (``settle``); meanwhile the published watermark stays below it.
 * ``start_leading(None)`` means nothing is known about what was counted (no previous leader recorded
   a watermark): nothing remembered is replayed, only events from now on are counted; this prefers
   missing a few events over double counting an unknown number. Pass ``0`` instead when it is known
@@ -61,7 +62,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from app.trainer.events import CountableEvent, GaugeKey, TrainerSink
+from app.trainer.events import CountableEvent, GaugeKey, JobCreated, TrainerSink
 
 __all__ = ["CountJournal", "JournalTelemetry"]
 
@@ -100,6 +101,7 @@ class CountJournal:
         journal_size: int,
         telemetry: JournalTelemetry | None = None,
         stream_of: Callable[[CountableEvent], str] | None = None,
+        on_uncertain: Callable[[], None] | None = None,
     ) -> None:
         if journal_size < 0:
             raise ValueError("journal_size must be >= 0")
@@ -115,6 +117,9 @@ class CountJournal:
         # Previous leader's watermarks: events at or below were counted. None: nothing known.
         self._floors: dict[str, int] | None = None
         self._watermarks: dict[str, int] = {}
+        # Uncertain events (see ``take_uncertain``), by id of the event, while leading.
+        self._uncertain: dict[int, _Entry] = {}
+        self._on_uncertain = on_uncertain
         # Totals since the process started, also exported through telemetry.
         self.replayed = 0
         self.skipped = 0
@@ -136,8 +141,15 @@ class CountJournal:
     def watermarks(self) -> dict[str, int]:
         """Highest rv counted per stream, as this replica knows it. Publish it with every Lease renewal.
 
-        While leading: max(previous watermark, rv of every event counted this term), per stream."""
-        return dict(self._watermarks)
+        While leading: max(previous watermark, rv of every event counted this term), per stream; held
+        below the lowest rv of an uncertain event not settled yet, so that a takeover meanwhile
+        reconsiders it."""
+        out = dict(self._watermarks)
+        for entry in self._uncertain.values():
+            stream = self._stream_of(entry.event)
+            if stream in out and entry.event.rv <= out[stream]:
+                out[stream] = entry.event.rv - 1
+        return out
 
     @property
     def remembered(self) -> int:
@@ -150,20 +162,21 @@ class CountJournal:
     # --- TrainerSink -------------------------------------------------------------------------------
 
     def on_countable(self, event: CountableEvent) -> None:
-        counted = self._leading and not self._already_counted(event)
+        verdict = self._verdict(event) if self._leading else _SKIP
+        entry = _Entry(event, verdict is _COUNT)
         if self._journal_size:
             if len(self._journal) == self._journal_size:
                 # deque(maxlen) drops the oldest silently; count it so operators can size the journal.
                 self.overflowed += 1
                 if self._telemetry is not None:
                     self._telemetry.journal_overflowed(1)
-            self._journal.append(_Entry(event, counted))
-        if counted:
+            self._journal.append(entry)
+        if verdict is _COUNT:
             self._count(event)
+        elif verdict is _UNCERTAIN:
+            self._hold(entry)
         elif self._leading:
-            self.skipped += 1
-            if self._telemetry is not None:
-                self._telemetry.handover_skipped(1)
+            self._skipped(1)
 
     def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
         self._target.on_jobs_gauge(key, value)
@@ -181,6 +194,7 @@ class CountJournal:
         and 0 mean. Calling it while already leading restarts the term with the new floor (nothing is
         counted twice: entries are marked when counted)."""
         self._leading = True
+        self._uncertain.clear()
         if previous_watermark is None:
             self._floors = None
             # Keep what this replica itself counted in earlier terms (if anything): it is the best
@@ -196,11 +210,15 @@ class CountJournal:
         replayed = 0
         if self._floors is not None:
             for entry in self._journal:
-                if entry.counted or self._already_counted(entry.event):
+                if entry.counted:
                     continue
-                entry.counted = True
-                self._count(entry.event)
-                replayed += 1
+                verdict = self._verdict(entry.event)
+                if verdict is _UNCERTAIN:
+                    self._hold(entry)
+                elif verdict is _COUNT:
+                    entry.counted = True
+                    self._count(entry.event)
+                    replayed += 1
         self.replayed += replayed
         if replayed and self._telemetry is not None:
             self._telemetry.handover_replayed(replayed)
@@ -212,16 +230,71 @@ class CountJournal:
             self._telemetry.set_leader(False)
         self._leading = False
         self._floors = None
+        # Unsettled uncertain events stay uncounted in the journal; a later term weighs them again.
+        self._uncertain.clear()
         return self.watermark
+
+    # --- uncertain events ----------------------------------------------------------------------------
+
+    def take_uncertain(self) -> list[tuple[CountableEvent, int]]:
+        """Events the leader cannot place by itself, each with the floor of its stream, to settle.
+
+        A relist found them (``since`` set, see app/trainer/events.py) and the floor lies between the
+        rv before the gap and the rv they were listed at: the previous leader counted the edge if it
+        happened at or below the floor. The caller reads the TrainJobs as they were at the floor and
+        calls ``settle`` for each. Until then they are not counted, and ``watermarks`` stays below them."""
+        floors = self._floors or {}
+        out = []
+        for entry in self._uncertain.values():
+            stream = self._stream_of(entry.event)
+            floor = floors.get(stream, floors.get(""))
+            if floor is not None:
+                out.append((entry.event, floor))
+        return out
+
+    def settle(self, event: CountableEvent, count: bool) -> None:
+        """The previous leader did not count ``event`` (``count``) or did. Ignored once not leading."""
+        entry = self._uncertain.pop(id(event), None)
+        if entry is None or not self._leading:
+            return
+        if count and not entry.counted:
+            entry.counted = True
+            self._count(event)
+            self.replayed += 1
+            if self._telemetry is not None:
+                self._telemetry.handover_replayed(1)
+        elif not count:
+            self._skipped(1)
+
+    @property
+    def uncertain(self) -> int:
+        return len(self._uncertain)
 
     # --- internals ---------------------------------------------------------------------------------
 
-    def _already_counted(self, event: CountableEvent) -> bool:
+    def _verdict(self, event: CountableEvent) -> object:
+        """_COUNT, _SKIP (at or below the floor: counted by the previous leader) or _UNCERTAIN."""
         floors = self._floors
         if floors is None:
-            return False
+            return _COUNT
         floor = floors.get(self._stream_of(event), floors.get(""))
-        return floor is not None and event.rv <= floor
+        if floor is None:
+            return _COUNT
+        if event.rv <= floor:
+            return _SKIP
+        if event.since and event.since < floor:
+            return _UNCERTAIN
+        return _COUNT
+
+    def _hold(self, entry: _Entry) -> None:
+        self._uncertain[id(entry.event)] = entry
+        if self._on_uncertain is not None:
+            self._on_uncertain()
+
+    def _skipped(self, n: int) -> None:
+        self.skipped += n
+        if self._telemetry is not None:
+            self._telemetry.handover_skipped(n)
 
     def _count(self, event: CountableEvent) -> None:
         self._target.on_countable(event)
@@ -231,5 +304,17 @@ class CountJournal:
             self._watermarks[stream] = event.rv
 
 
+def counted_before(event: CountableEvent, terminal_at_floor: Mapping[str, bool]) -> bool:
+    """Whether the previous leader counted an uncertain event (``take_uncertain``), from the TrainJobs as
+    they were at the floor (uid -> terminal then): a creation if the job existed then, a finish if it was
+    terminal then. Assumes the previous leader saw every edge up to its watermark, as the skip rule does."""
+    if isinstance(event, JobCreated):
+        return event.uid in terminal_at_floor
+    return terminal_at_floor.get(event.uid, False)
+
+
 def _single_stream(event: CountableEvent) -> str:
     return ""
+
+
+_COUNT, _SKIP, _UNCERTAIN = object(), object(), object()

@@ -215,10 +215,11 @@ class Faults:
         self.counters["compactions"] += 1
 
     def restart(self, *, abrupt: bool = False) -> int:
-        """apiserver restart: every watch stream ends (cleanly, or by connection reset if ``abrupt``), the
-        watch history and list snapshots are lost, objects stay. Returns the number of streams dropped."""
+        """apiserver restart: every watch stream ends (cleanly, or by connection reset if ``abrupt``) and
+        the new watch cache starts at the current revision (a watch from an older one gets 410); objects
+        stay, and so do etcd's revisions (Exact lists, continue tokens). Returns the streams dropped."""
         dropped = self._control.close_watches(abrupt=abrupt) if self._control is not None else 0
-        self.store.compact()
+        self.store.restart_watch_cache()
         self.counters["restarts"] += 1
         return dropped
 

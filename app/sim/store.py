@@ -389,8 +389,12 @@ class Store:
         self._schemas = _schemas(resources)
         self._tables: dict[ResourceKind, _Table] = {r: _Table() for r in self._schemas}
         self._rv = 0
-        # Every event with rv > _horizon is in _history; a watch from an older RV is 410 Expired.
+        # Every event with rv > _horizon is in _history (etcd's retained revisions: Exact lists and
+        # continue tokens at or after it are answered). A watch resumes only from max(_horizon,
+        # _watch_from): an apiserver restart starts a new watch cache at the current revision, while etcd
+        # keeps its revisions.
         self._horizon = 0
+        self._watch_from = 0
         self._history: list[WatchEvent] = []
         self._snapshots: OrderedDict[tuple[ResourceKind, str | None, int], _Snapshot] = OrderedDict()
         self._listeners: list[Listener] = []
@@ -411,7 +415,7 @@ class Store:
     @property
     def horizon(self) -> int:
         """Oldest resourceVersion a watch can still resume from."""
-        return self._horizon
+        return max(self._horizon, self._watch_from)
 
     @property
     def resources(self) -> list[ResourceKind]:
@@ -603,11 +607,16 @@ class Store:
 
     def events_since(self, resource: ResourceKind | None, rv: int) -> Events:
         """Events with revision > rv (of one kind, or all); 410 Expired if they are no longer all retained."""
-        if rv < self._horizon:
-            raise expired(f"too old resource version: {rv} ({self._horizon})")
+        if rv < self.horizon:
+            raise expired(f"too old resource version: {rv} ({self.horizon})")
         lo = bisect.bisect_right(self._history, rv, key=lambda e: e.rv)
         events = self._history[lo:]
         return events if resource is None else [e for e in events if e.resource == resource]
+
+    def restart_watch_cache(self) -> None:
+        """An apiserver restart: its new watch cache starts at the current revision, so watches from an
+        older one get 410; etcd keeps its revisions, so Exact lists and continue tokens still work."""
+        self._watch_from = self._rv
 
     def compact(self) -> None:
         """Forget all history and list snapshots (etcd compaction at the current revision)."""

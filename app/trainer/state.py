@@ -127,6 +127,8 @@ class _Pending(msgspec.Struct, gc=False):
     raw_ref: str
     deadline: float
     finished: TrainJobProjection | None = None  # a terminal edge seen while waiting
+    since: int = 0  # events.SINCE_DOC, for the created edge
+    finished_since: int = 0
 
 
 class _JobHandler:
@@ -143,6 +145,10 @@ class _JobHandler:
 
     def on_deleted(self, last: TrainJobProjection) -> None:
         self._s._job_deleted(last)
+
+    def on_relist(self, since: int | None) -> None:
+        """The informer starts (``since``: the rv it held before the gap) or ends (None) a relist diff."""
+        self._s._relist_since = since or 0
 
 
 class _RuntimeHandler:
@@ -227,6 +233,8 @@ class TrainerState:
         self._pending_by_ref: dict[str, dict[bytes | str, None]] = {}
 
         self._malformed_logged: set[bytes | str] = set()  # uid keys (jobs) and uids (runtimes)
+        # While an informer applies a relist diff: the rv it held before the gap (events.SINCE_DOC), else 0.
+        self._relist_since = 0
 
     # --- read side (debug endpoints, metric layer) ---------------------------------------------
 
@@ -331,9 +339,9 @@ class TrainerState:
             waiting.pop(uid, None)
             if not waiting:
                 del self._pending_by_ref[entry.raw_ref]
-        self._sink.on_countable(self._created_event(entry.job))
+        self._sink.on_countable(self._created_event(entry.job, entry.since))
         if entry.finished is not None:
-            self._sink.on_countable(self._finished_event(entry.finished))
+            self._sink.on_countable(self._finished_event(entry.finished, entry.finished_since))
 
     def _resolve_pending(self, ref: str) -> None:
         waiting = self._pending_by_ref.get(ref)
@@ -348,7 +356,7 @@ class TrainerState:
             return raw_ref
         return rules.UNKNOWN
 
-    def _created_event(self, job: TrainJobProjection) -> JobCreated:
+    def _created_event(self, job: TrainJobProjection, since: int) -> JobCreated:
         raw = job.runtime_ref
         runtime = self._by_ref.get(raw)
         nodes = rules.requested_nodes(job.num_nodes, runtime.num_nodes if runtime is not None else None)
@@ -374,9 +382,10 @@ class TrainerState:
             requested_nodes=nodes,
             accelerator_class=cls,
             requested_accelerators=count,
+            since=since,
         )
 
-    def _finished_event(self, job: TrainJobProjection) -> JobFinished:
+    def _finished_event(self, job: TrainJobProjection, since: int) -> JobFinished:
         return JobFinished(
             rv=_rv(job.rv),
             uid=job.uid,
@@ -385,6 +394,7 @@ class TrainerState:
             runtime_ref=self._effective(job.runtime_ref),
             lifetime_seconds=rules.lifetime_seconds(job.created, job.terminal_time),
             namespace=job.namespace_label,
+            since=since,
         )
 
     def _count_created(self, job: TrainJobProjection) -> None:
@@ -393,18 +403,19 @@ class TrainerState:
         if needs_runtime and self._wait > 0 and raw != rules.UNKNOWN and raw not in self._by_ref:
             deadline = self._clock() + self._wait
             uid = job.uid_key
-            self._pending[uid] = _Pending(job=job, raw_ref=raw, deadline=deadline)
+            self._pending[uid] = _Pending(job=job, raw_ref=raw, deadline=deadline, since=self._relist_since)
             self._pending_queue.append((deadline, uid))
             self._pending_by_ref.setdefault(raw, {})[uid] = None
             return
-        self._sink.on_countable(self._created_event(job))
+        self._sink.on_countable(self._created_event(job, self._relist_since))
 
     def _count_finished(self, job: TrainJobProjection) -> None:
         entry = self._pending.get(job.uid_key)
         if entry is not None:  # keep per-uid order: finished after its created
             entry.finished = job
+            entry.finished_since = self._relist_since
             return
-        self._sink.on_countable(self._finished_event(job))
+        self._sink.on_countable(self._finished_event(job, self._relist_since))
 
     def _record_terminal(self, job: TrainJobProjection) -> None:
         uid = job.uid_key

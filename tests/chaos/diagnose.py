@@ -23,8 +23,8 @@ Then every (uid, edge) of the truth that no leader counted is classified:
 * ``journalled_not_replayed``: emitted while nobody led (or by a follower), not replayed at the take-over;
 * ``other``: anything else (listed in full).
 
-And every (uid, edge) that leaders counted more than once is listed with the terms that counted it and
-classified (``classify_doubles``): the documented crash bound, or a bookkeeping defect.
+Edges counted more than once are named by the soak itself (``DoubleCounts`` in tests/chaos/soak.py,
+``doubles_by_cause`` and ``doubles_not_crash_bound`` in the report).
 """
 
 from __future__ import annotations
@@ -297,14 +297,10 @@ def classify(soak: DiagnosedSoak, report: dict[str, Any]) -> dict[str, Any]:
                 }
             )
     by_cause = Counter((x["kind"], x["cause"]) for x in lost)
-    doubles = classify_doubles(d, terms)
     # Relist gaps per replica: (t, rv span, seconds since that informer's previous event).
     gaps = [{**r, "rv_span": r["list_rv"] - r["from_rv"]} for r in d.relists if not r["initial"]]
     big_sleeps = sorted(d.sleeps, key=lambda s: -s["delay"])[:15]
     return {
-        "doubles_total": sum(len(x["counts"]) - 1 for x in doubles),
-        "doubles_by_cause": dict(Counter(f"{x['kind']}/{x['cause']}" for x in doubles)),
-        "doubles": doubles,
         "lost_total": len(lost),
         "by_cause": {f"{k}/{c}": n for (k, c), n in sorted(by_cause.items())},
         "lost": lost,
@@ -328,78 +324,6 @@ def classify(soak: DiagnosedSoak, report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def classify_doubles(d: Diagnosis, terms: list[Any]) -> list[dict[str, Any]]:
-    """Every (kind, uid) that leaders counted more than once, with the terms that counted it.
-
-    Causes, for the second and later counts:
-
-    * ``above_published_after_unclean_end``: the earlier term ended without publishing a watermark at or above
-      the edge (killed, or its release failed), and the later term's floor is below the edge: the documented
-      crash bound;
-    * ``at_or_below_floor``: the later term counted it although its floor says it was counted already (a
-      journal bug);
-    * ``same_identity``: the same identity counted it twice (a restarted replica with the same name);
-    * ``seen_late_with_a_newer_rv``: the later term saw the edge only on a newer state of the job (its
-      watch missed it and a relist found it), tagged with that state's rv, above its floor, while the edge
-      itself was at or below the floor;
-    * ``other``: anything else.
-    """
-
-    def term_of(who: str, t: float) -> Any:
-        for term in terms:
-            if (
-                term.identity == who
-                and term.started <= t + 0.002
-                and (term.stopped is None or t <= term.stopped)
-            ):
-                return term
-        return None
-
-    counts: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for e in d.emitted:
-        if e["leading"] and e["counted"]:
-            counts.setdefault((e["kind"], e["uid"]), []).append(
-                {"who": e["who"], "t": e["t"], "rv": e["rv"], "how": "live"}
-            )
-    for r in d.replays:
-        for kind, uid, rv in r["replayed"]:
-            counts.setdefault((kind, uid), []).append(
-                {"who": r["who"], "t": r["t"], "rv": rv, "how": "replay"}
-            )
-    out: list[dict[str, Any]] = []
-    for (kind, uid), cs in counts.items():
-        if len(cs) < 2:
-            continue
-        cs.sort(key=lambda c: c["t"])
-        for c in cs:
-            term = term_of(c["who"], c["t"])
-            c["term"] = term and {
-                "start": term.started,
-                "stop": term.stopped,
-                "floor": term.floor,
-                "how": term.how,
-                "published_at_stop": term.published_at_stop,
-                "final_watermark": term.final_watermark,
-            }
-        first, later = cs[0], cs[1]
-        rv = later["rv"]
-        ft, lt = first["term"], later["term"]
-        if first["who"] == later["who"]:
-            cause = "same_identity"
-        elif rv > first["rv"] and lt is not None and lt["floor"] is not None and first["rv"] <= lt["floor"]:
-            # The later replica saw the edge on a newer state of the job (a relist after its watch missed
-            # the edge): above the floor, although the edge itself was at or below it.
-            cause = "seen_late_with_a_newer_rv"
-        elif lt is not None and lt["floor"] is not None and rv <= lt["floor"]:
-            cause = "at_or_below_floor"
-        elif ft is not None and ft["how"] != "graceful" and (ft["published_at_stop"] or 0) < rv:
-            cause = "above_published_after_unclean_end"
-        else:
-            cause = "other"
-        out.append({"kind": kind, "uid": uid, "cause": cause, "counts": cs})
-    return out
-
-
 async def run(cfg: SoakConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         soak = DiagnosedSoak(cfg, Path(tmp))
@@ -418,14 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SoakConfig(fault_seconds=args.seconds, seed=args.seed, warmup_seconds=args.warmup)
     report, diag = asyncio.run(run(cfg))
     print(render_table(report))
-    keys = (
-        "doubles_total",
-        "doubles_by_cause",
-        "lost_total",
-        "by_cause",
-        "sleep_total_by_replica",
-        "watch_ends",
-    )
+    keys = ("lost_total", "by_cause", "sleep_total_by_replica", "watch_ends")
     print(json.dumps({k: diag[k] for k in keys}))
     if args.json:
         args.json.write_text(json.dumps({"report": report, "diagnosis": diag}, indent=1, default=str))

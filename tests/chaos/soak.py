@@ -303,6 +303,8 @@ class DoubleCounts:
         self.t0 = t0
         self.window = window
         self.first: OrderedDict[tuple[str, Any], tuple[str, float, int]] = OrderedDict()
+        # Edges a leader held as uncertain (a relist found them across its floor), by how they settled.
+        self.settled: Counter[str] = Counter()
         # (kind, uid, first count, this count, the series this count incremented)
         self.found: list[
             tuple[str, Any, tuple[str, float, int], tuple[str, float, int], list[tuple[str, tuple[str, ...]]]]
@@ -326,6 +328,14 @@ class DoubleCounts:
                 self.first.popitem(last=False)
 
         journal._count = count  # type: ignore[method-assign]
+        orig_settle = journal.settle
+
+        def settle(event: Any, count: bool) -> None:
+            if journal.leading:
+                self.settled["counted" if count else "already counted"] += 1
+            orig_settle(event, count)
+
+        journal.settle = settle  # type: ignore[method-assign]
 
     def classify(self, terms: list[Term], relisted: Callable[[str, int, int], bool]) -> list[dict[str, Any]]:
         """``relisted(identity, edge_rv, seen_rv)``: a relist of that replica covered the edge (its watch was
@@ -1226,6 +1236,7 @@ class Soak:
             "leader_terms": len(terms),
             "handovers": handovers,
             "doubles_by_cause": dict(Counter(d["cause"] for d in doubles)),
+            "uncertain_settled": dict(self.doubles.settled),
             "doubles_not_crash_bound": [d for d in doubles if d["cause"] != "crash bound"][:50],
             "doubles_unexplained": sum(1 for d in doubles if d["cause"] not in DOCUMENTED_DOUBLES),
             "non_exact_handovers": sum(1 for h in handovers if not h["exact"]),
@@ -1346,6 +1357,7 @@ def render_table(report: dict[str, Any]) -> str:
         f"{len(fractions)} ({report['stalls_not_checked']}) / {min(fractions, default=None)}",
     )
     row("edges counted again, by cause", json.dumps(report["doubles_by_cause"]))
+    row("uncertain edges settled at the floor", json.dumps(report["uncertain_settled"]))
     row(
         "Lease writes / watermark decreases",
         f"{report['lease_writes']} / {len(report['lease_watermark_decreases'])}",

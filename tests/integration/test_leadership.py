@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from app.kube.microtime import format_microtime, parse_microtime
-from app.kube.resources import LEASES
-from app.service import WATERMARK_ANNOTATION
+from app.kube.resources import LEASES, TRAINJOBS
+from app.service import WATERMARK_ANNOTATION, parse_watermarks
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
 from app.sim.truth import TruthSnapshot
@@ -35,6 +35,9 @@ from tests.integration.harness import (
     counter_values,
     eventually,
     parse_samples,
+    running_status,
+    trainjob_manifest,
+    write_status,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -123,7 +126,15 @@ async def test_two_replicas_one_exporter_and_debug_leadership(
         try:
             await run_generator(workload, 2.5)
             after = await settle(fleet, workload)
-            await asyncio.sleep(0.5)  # a renew publishes the final watermark; the follower reads it
+
+            def follower_read_the_final_watermark() -> bool:
+                # A renew publishes it (every retry period); the follower reads it on its next attempt
+                # (every 1 to 2.2 retry periods).
+                assert follower.service.elector is not None
+                seen = parse_watermarks(follower.service.elector.status().annotations)
+                return seen == {"": leader.service.journal.watermark}
+
+            await eventually(follower_read_the_final_watermark, timeout=3, what="follower read the watermark")
         finally:
             await sampler.stop()
         sampler.assert_clean()
@@ -431,3 +442,52 @@ async def test_a_former_leader_taking_the_lease_back_never_lowers_the_watermark(
         assert after_ghost and all(holder == "a" for holder, _ in after_ghost), writes
         lowered = [w for _, w in after_ghost if w is None or w < ghost]
         assert not lowered, f"watermarks written after the ghost's {ghost}: {after_ghost}"
+
+
+async def test_an_edge_a_relist_found_across_the_floor_is_counted_only_if_the_old_leader_had_not(
+    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+) -> None:
+    """The follower's TrainJob watch misses two creations, and its relist finds them on later states, above
+    the floor it then takes over from: X was created at or below the floor (the old leader counted it), Y
+    after it. From its own data the follower cannot tell them apart; it reads the TrainJobs as they were at
+    the floor (LIST, resourceVersionMatch=Exact) and counts Y only."""
+    store = sim.store
+    now = format_microtime(datetime.now(UTC))
+    store.create(
+        LEASES,
+        LEASE_NS,
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": LEASE_NAME, "annotations": {WATERMARK_ANNOTATION: "1"}},
+            "spec": {
+                "holderIdentity": "ghost",  # a leader that has just died: it never renews again
+                "leaseDurationSeconds": 2,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        },
+    )
+    async with Fleet(tmp_path) as fleet:
+        b = await fleet.add(sim.write_kubeconfig(tmp_path / "kubeconfig"), "b")
+        await eventually(lambda: all(i.synced for i in b.service.informers), timeout=10, what="b synced")
+        sim.faults.stall_watches(resource="trainjobs")  # b's TrainJob watch goes silent
+        x = store.create(TRAINJOBS, "team-a", trainjob_manifest("x"))
+        floor = store.resource_version  # the ghost counted up to here: X included
+        store.patch(
+            LEASES, LEASE_NS, LEASE_NAME, {"metadata": {"annotations": {WATERMARK_ANNOTATION: str(floor)}}}
+        )
+        write_status(store, "team-a", "x", running_status())  # X listed above the floor
+        y = store.create(TRAINJOBS, "team-a", trainjob_manifest("y"))
+        sim.faults.restart()  # b's watch ends; its resume gets 410: a relist finds X and Y
+        sim.faults.release_watches()
+        informer = b.service._trainjob_informers[0]
+        await eventually(lambda: informer.get("team-a/y") is not None, timeout=10, what="b relisted")
+        assert b.service.journal.leading is False
+        await eventually(lambda: b.service.journal.leading, timeout=10, what="b takes over")
+        await eventually(lambda: b.service.journal.uncertain == 0, timeout=10, what="uncertain settled")
+        counted = {e.uid for e in fleet.counted if e.identity == "b" and e.kind == "created"}
+        assert y["metadata"]["uid"] in counted
+        assert x["metadata"]["uid"] not in counted
+        assert b.service.journal.skipped >= 1

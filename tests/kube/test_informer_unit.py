@@ -361,3 +361,18 @@ def test_informer_name_and_options_from_settings() -> None:
     assert Informer(cast(Any, None), THINGS, "team1", p, r).name == "things/team1"
     cluster = ResourceKind("example.com", "v1", "globals", "Global", namespaced=False)
     assert Informer(cast(Any, None), cluster, "team1", p, r).name == "globals"
+
+
+def test_a_handler_is_told_around_a_relist_diff_with_the_rv_held_before_the_gap() -> None:
+    inf, _, r = make()
+    relists: list[int | None] = []
+
+    def on_relist(since: int | None) -> None:
+        relists.append(since)
+        r.calls.append(("relist", since))
+
+    r.on_relist = on_relist  # type: ignore[attr-defined]
+    replace(inf, page([obj("a", 1)], 5))
+    assert relists == []  # the initial list is not a relist
+    replace(inf, page([obj("a", 1), obj("d", 8)], 9))
+    assert r.calls[-3:] == [("relist", 5), ("added", "ns/d", "8", False), ("relist", None)]

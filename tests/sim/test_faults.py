@@ -106,6 +106,25 @@ async def test_restart_drops_watches_and_history(sim: SimulatedCluster, http: ai
     assert sim.store.count(TRAINJOBS) == 2
 
 
+async def test_after_a_restart_etcd_still_answers_exact_lists_until_compaction(
+    sim: SimulatedCluster, http: aiohttp.ClientSession
+) -> None:
+    """A restart starts a new watch cache (old watches get 410) but etcd keeps its revisions: a LIST with
+    resourceVersionMatch=Exact at an older revision still shows the objects as they were then."""
+    add_jobs(sim.store, 1)
+    at = sim.store.resource_version
+    add_jobs(sim.store, 2, prefix="later")
+    sim.faults.restart()
+    exact = {"resourceVersion": str(at), "resourceVersionMatch": "Exact"}
+    async with http.get(TJ, params=exact) as resp:
+        body = await resp.json()
+    assert resp.status == 200 and len(body["items"]) == 1
+    assert body["metadata"]["resourceVersion"] == str(at)
+    sim.faults.compact()
+    async with http.get(TJ, params=exact) as resp:
+        assert resp.status == 410 and (await resp.json())["reason"] == "Expired"
+
+
 async def test_401_after_token_change(sim: SimulatedCluster, tmp_path: Path) -> None:
     sim.faults.set_token("old-token")
     cfg = client.Configuration()

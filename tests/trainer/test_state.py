@@ -686,3 +686,39 @@ def test_compact_uids_key_the_dedup_set_and_read_back_as_strings() -> None:
     (entry,), _ = state.terminal_entries(10)
     assert entry.uid == uid and entry.name == "a" and entry.namespace == "team-a"
     assert [e.rv for e in sink.events] == [1, 2]
+
+
+def test_edges_found_by_a_relist_carry_the_rv_held_before_the_gap() -> None:
+    """events.SINCE_DOC: a relist's edges happened after ``since`` and at or before ``rv``; watch edges
+    carry since 0."""
+    state, sink, _clock = make()
+    state.job_handler.on_added(job("old", rv=1), True)
+    state.job_handler.on_added(job("watched", rv=3), False)
+    state.job_handler.on_relist(3)
+    state.job_handler.on_added(job("new-done", rv=9, complete=True), False)
+    state.job_handler.on_updated(job("old", rv=1), job("old", rv=8, failed="FailedJobs"))
+    state.job_handler.on_relist(None)
+    state.job_handler.on_added(job("after", rv=10), False)
+    assert [(e.uid, e.rv, e.since) for e in sink.events] == [
+        ("uid-watched", 3, 0),
+        ("uid-new-done", 9, 3),
+        ("uid-new-done", 9, 3),
+        ("uid-old", 8, 3),
+        ("uid-after", 10, 0),
+    ]
+
+
+def test_a_relisted_creation_waiting_for_its_runtime_keeps_its_since() -> None:
+    state, sink, _clock = make(runtime_wait_seconds=5)
+    a0 = job("a", runtime="late", num_nodes=None, rv=7)
+    a1 = job("a", runtime="late", num_nodes=None, rv=8, complete=True)
+    state.job_handler.on_relist(4)
+    state.job_handler.on_added(a0, False)
+    state.job_handler.on_relist(None)
+    state.job_handler.on_updated(a0, a1)  # seen on the watch
+    assert sink.events == []
+    state.job_handler.on_deleted(a1)
+    assert [(type(e).__name__, e.rv, e.since) for e in sink.events] == [
+        ("JobCreated", 7, 4),
+        ("JobFinished", 8, 0),
+    ]
