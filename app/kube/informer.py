@@ -82,7 +82,11 @@ class Projector(Protocol[T_co]):
 
 
 class InformerHandler(Protocol[T_contra]):
-    """Synchronous notifications, called on the event loop: keep them cheap. Exceptions are contained."""
+    """Synchronous notifications, called on the event loop: keep them cheap. Exceptions are contained.
+
+    Optional: ``on_relist(since: int | None)``, if the handler has it, is called before the notifications
+    of a relist diff (after the initial list) with the resourceVersion the informer held before the gap,
+    and with None after them."""
 
     def on_added(self, obj: T_contra, initial: bool) -> None: ...  # initial: part of the first LIST
     def on_updated(self, old: T_contra, new: T_contra) -> None: ...
