@@ -339,8 +339,7 @@ class Service:
             if not batch:
                 return
             groups: dict[tuple[str, int], list[CountableEvent]] = {}
-            for event, floor in batch:
-                stream = _namespace_stream(event) if self.settings.namespaces else ""
+            for event, stream, floor in batch:
                 groups.setdefault((stream, floor), []).append(event)
             for (stream, floor), events in groups.items():
                 at_floor: dict[str, bool] | None

@@ -236,8 +236,8 @@ class CountJournal:
 
     # --- uncertain events ----------------------------------------------------------------------------
 
-    def take_uncertain(self) -> list[tuple[CountableEvent, int]]:
-        """Events the leader cannot place by itself, each with the floor of its stream, to settle.
+    def take_uncertain(self) -> list[tuple[CountableEvent, str, int]]:
+        """Events the leader cannot place by itself, each with its stream and that stream's floor.
 
         A relist found them (``since`` set, see app/trainer/events.py) and the floor lies between the
         rv before the gap and the rv they were listed at: the previous leader counted the edge if it
@@ -249,7 +249,7 @@ class CountJournal:
             stream = self._stream_of(entry.event)
             floor = floors.get(stream, floors.get(""))
             if floor is not None:
-                out.append((entry.event, floor))
+                out.append((entry.event, stream, floor))
         return out
 
     def settle(self, event: CountableEvent, count: bool) -> None:

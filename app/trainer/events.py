@@ -2,6 +2,11 @@
 
 Countable events carry the resourceVersion of the TrainJob state that produced them, so that a
 new leader can skip what the previous leader already counted (see app/metrics/journal.py).
+
+``since`` 0: the edge happened at ``rv`` (seen on a watch). Otherwise a relist found it: the watch had
+missed it, so the edge happened after ``since`` (the rv the informer held before the gap) and at or before
+``rv`` (the job's state in the list). A new leader whose floor lies between the two cannot tell from its
+own data whether the previous leader counted the edge.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ class JobCreated:
     requested_nodes: int
     accelerator_class: str  # resource name containing "gpu", or "none"
     requested_accelerators: int  # per-node quantity * nodes; 0 for "none"
-    since: int = 0  # see SINCE_DOC
+    since: int = 0  # see the module docstring
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +40,10 @@ class JobFinished:
     runtime_ref: str
     lifetime_seconds: float | None  # None when a timestamp is missing or unparsable
     namespace: str = ""  # not a label: it names the watch stream the edge came from (hand-over)
-    since: int = 0  # see SINCE_DOC
+    since: int = 0  # see the module docstring
 
 
 CountableEvent = JobCreated | JobFinished
-
-SINCE_DOC = """``since`` 0: the edge happened at ``rv`` (seen on a watch). Otherwise a relist found it: the
-watch had missed it, so the edge happened after ``since`` (the rv the informer held before the gap) and at
-or before ``rv`` (the job's state in the list). A new leader whose floor lies between the two cannot tell
-from its own data whether the previous leader counted the edge (app/metrics/journal.py)."""
 
 # (namespace, runtime_ref, state) with state in rules.JOB_STATES
 GaugeKey = tuple[str, str, str]

@@ -127,7 +127,7 @@ class _Pending(msgspec.Struct, gc=False):
     raw_ref: str
     deadline: float
     finished: TrainJobProjection | None = None  # a terminal edge seen while waiting
-    since: int = 0  # events.SINCE_DOC, for the created edge
+    since: int = 0  # app/trainer/events.py, for the created edge
     finished_since: int = 0
 
 
@@ -233,7 +233,7 @@ class TrainerState:
         self._pending_by_ref: dict[str, dict[bytes | str, None]] = {}
 
         self._malformed_logged: set[bytes | str] = set()  # uid keys (jobs) and uids (runtimes)
-        # While an informer applies a relist diff: the rv it held before the gap (events.SINCE_DOC), else 0.
+        # The rv an informer held before the gap while it applies a relist diff, else 0 (see events.py).
         self._relist_since = 0
 
     # --- read side (debug endpoints, metric layer) ---------------------------------------------

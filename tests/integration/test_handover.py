@@ -155,6 +155,15 @@ async def settle(fleet: Fleet, gen: WorkloadGenerator) -> None:
         r.service.state.flush_pending()
 
 
+async def leader_then_follower(fleet: Fleet, kubeconfig: Path) -> tuple[Replica, Replica]:
+    """Replica "a" leads before "b" starts; returns both once "b" runs its elector too."""
+    a = await fleet.add(kubeconfig, "a")
+    await fleet.wait_leader()
+    b = await fleet.add(kubeconfig, "b")
+    await fleet.wait_candidates()
+    return a, b
+
+
 async def exported_counts(r: Replica) -> Counts:
     """The leader's counters as Prometheus scrapes them."""
     samples = parse_samples(await r.metrics_text())
@@ -287,10 +296,7 @@ async def test_killed_leader_loses_nothing_and_recounts_at_most_one_renew_period
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     wall_minus_mono = time.time() - time.monotonic()
     async with Fleet(tmp_path) as fleet:
-        a = await fleet.add(kubeconfig, "a")
-        await fleet.wait_leader()
-        b = await fleet.add(kubeconfig, "b")
-        await fleet.wait_candidates()
+        a, b = await leader_then_follower(fleet, kubeconfig)
         before = workload.snapshot()
         sampler = ExporterSampler(fleet.replicas).start()
         try:
@@ -403,10 +409,7 @@ async def test_fresh_replica_started_at_a_kill_defers_to_the_warm_follower(
     follower, whose journal covers the gap, must take over, and nothing is lost."""
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     async with Fleet(tmp_path) as fleet:
-        a = await fleet.add(kubeconfig, "a")
-        await fleet.wait_leader()
-        b = await fleet.add(kubeconfig, "b")
-        await fleet.wait_candidates()
+        a, b = await leader_then_follower(fleet, kubeconfig)
         before = workload.snapshot()
         async with generating(workload):
             await asyncio.sleep(1.0)

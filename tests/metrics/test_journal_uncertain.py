@@ -30,7 +30,10 @@ def test_a_relisted_edge_across_the_floor_is_held_at_takeover_and_settled() -> N
     assert journal.start_leading(100) == 1
     assert rec.counted == [plain]
     assert journal.uncertain == 2 and signals
-    assert sorted(e.uid for e, floor in journal.take_uncertain() if floor == 100) == ["new", "old"]
+    assert sorted((e.uid, stream, floor) for e, stream, floor in journal.take_uncertain()) == [
+        ("new", "", 100),
+        ("old", "", 100),
+    ]
     # Until settled, the published watermark stays below the lowest uncertain rv.
     assert journal.watermarks == {"": 120}
     journal.on_countable(created(150, uid="later"))

@@ -689,7 +689,7 @@ def test_compact_uids_key_the_dedup_set_and_read_back_as_strings() -> None:
 
 
 def test_edges_found_by_a_relist_carry_the_rv_held_before_the_gap() -> None:
-    """events.SINCE_DOC: a relist's edges happened after ``since`` and at or before ``rv``; watch edges
+    """app/trainer/events.py: a relist's edges happened after ``since`` and at or before ``rv``; watch edges
     carry since 0."""
     state, sink, _clock = make()
     state.job_handler.on_added(job("old", rv=1), True)
