@@ -10,8 +10,10 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api.auth import install_auth
+from app.api.docs import install_docs
 from app.api.routes import install_routes
 from app.config import Settings
+from app.extra_telemetry import service_extras
 from app.service import Service
 from app.tls import CertificateReloader
 
@@ -36,6 +38,8 @@ def create_app(
             service = Service(effective)
             stack.push_async_callback(service.stop)
             await service.start()
+            # The HTTP server's and the auth reviewer's telemetry, and the namespace-existence check.
+            await stack.enter_async_context(service_extras(app, service))
             app.state.service = service
             try:
                 yield
@@ -49,8 +53,13 @@ def create_app(
         description="Prometheus exporter for Kubeflow Trainer: TrainJobs, TrainingRuntimes and "
         "ClusterTrainingRuntimes, from informer caches, exported by the elected leader.",
         lifespan=lifespan,
+        # FastAPI's own /docs and /redoc load their scripts from a CDN (blank in an air-gapped cluster):
+        # install_docs serves a self-contained page instead.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.service = None
     install_routes(app)
+    install_docs(app)
     install_auth(app, settings)
     return app

@@ -1,94 +1,59 @@
-"""The running service: wires informers, Trainer state, metric state, journal and elector together.
+"""The running service: builds informers, Trainer state, metric state, journal and elector, and runs them.
 
 Start order: Kubernetes client → informers (every replica, warm standby) → once every informer has
 synced, the elector (so a new leader always exports from a warm cache) → periodic housekeeping.
-Stop order: stop leading (release the Lease) → informers → client.
+Stop order: hand over (a leader stops counting and waits, bounded, until scrapes have shown its last
+counts: ``hand_over``) → stop leading (release the Lease with the served watermarks) → informers → client.
+
+Counting pipeline: TrainerState → CountJournal (leader gate, hand-over replay) → ServedLedger (what the
+scrapes have shown) → TrainerMetricState (counts, born at zero) → MetricsExposition.
+
+The hand-over policy is app/handover/'s; the HTTP views of this state are app/api/'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import time
-from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from app.api.models import (
-    InformerStatus,
-    LeadershipResponse,
-    RuntimeEntry,
-    SnapshotResponse,
-    TerminalEntry,
-    TerminalPage,
-)
-from app.api.routes import InvalidContinueToken
 from app.config import Settings, unknown_env_vars
+from app.handover.journal import CountJournal
+from app.handover.served import ServedLedger
+from app.handover.settle import HeldEdgeSettler
+from app.handover.watermarks import LeaseWatermarks
+from app.informer_options import informer_options
 from app.kube.client import KubeClient
-from app.kube.elector import ElectorConfig, KubeLeaseClient, LeaseElector, LeaseRecord, parse_lease
-from app.kube.exact_list import list_at
-from app.kube.informer import Informer, InformerOptions
+from app.kube.elector import ElectorConfig, LeaseElector
+from app.kube.informer import Informer
 from app.kube.informer_telemetry import InformerTelemetry
-from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS, ResourceKind
+from app.kube.lease import KubeLeaseClient, LeaseRecord, parse_lease
+from app.kube.resources import ResourceKind
 from app.metrics.exposition import MetricsExposition
-from app.metrics.journal import CountJournal, counted_before
+from app.metrics.per_job import PerJobHandler, PerJobSeries, PerJobTelemetry
 from app.metrics.telemetry import SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.events import CountableEvent
-from app.trainer.projections import (
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+from app.trainer.projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
+    TrainJobProjector,
 )
 from app.trainer.state import TrainerState
 
 log = logging.getLogger(__name__)
 
-WATERMARK_ANNOTATION = "trainer-metrics.kubeflow.org/watermark"
 _HOUSEKEEPING_INTERVAL = 1.0
-_SETTLE_PAGE_TIMEOUT = 30.0  # seconds per page of the LIST at the hand-over watermark
-
-
-Watermarks = dict[str, int]  # per watch stream: "" (all namespaces) or a namespace name
-
-
-def format_watermarks(watermarks: Watermarks) -> str:
-    """One stream: the bare resourceVersion; several: a JSON object by namespace."""
-    if set(watermarks) == {""}:
-        return str(watermarks[""])
-    return json.dumps(watermarks, sort_keys=True, separators=(",", ":"))
-
-
-def parse_watermarks(annotations: Mapping[str, str]) -> Watermarks | None:
-    raw = annotations.get(WATERMARK_ANNOTATION)
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return {"": value}
-    if isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items()
-    ):
-        return value
-    log.warning("ignoring malformed hand-over watermark %r in the Lease", raw[:64])
-    return None
-
-
-def _max_watermarks(a: Watermarks, b: Watermarks) -> Watermarks:
-    """Per stream, the higher of two watermarks (a stream in either)."""
-    return {stream: max(a.get(stream, -1), b.get(stream, -1)) for stream in a.keys() | b.keys()}
-
-
-def _utc(epoch: float | None) -> datetime | None:
-    return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
+# A graceful stop gives up waiting for scrapes once none came for the zero hold plus this: every scraper
+# the hold is set for (interval <= hold) would have come by then, so nobody is scraping this replica.
+_NO_SCRAPE_GRACE = 1.0
 
 
 class Service:
@@ -102,20 +67,47 @@ class Service:
         self.registry = CollectorRegistry()
         self.telemetry = SelfTelemetry(self.registry)
         self.informer_telemetry = InformerTelemetry(self.registry)
+        # The opt-in per-TrainJob series: gauges exported with the Trainer metrics (leader only), fed by the
+        # TrainJob informers after TrainerState; None when off, which costs nothing per event.
+        self.per_job: PerJobSeries | None = None
+        if settings.per_trainjob_series:
+            self.per_job = PerJobSeries(
+                namespaces=settings.per_trainjob_namespaces,
+                max_jobs=settings.per_trainjob_max_jobs,
+                on_change=lambda: self.metric_state.extra_changed(),  # noqa: PLW0108
+            )
+            self.registry.register(PerJobTelemetry(self.per_job))
         # The provider closes over self.state, built just below: runtime_info is read at render time only.
-        self.metric_state = TrainerMetricState(runtime_provider=lambda: self.state.runtime_info())  # noqa: PLW0108
-        self.journal = CountJournal(
+        self.metric_state = TrainerMetricState(
+            runtime_provider=lambda: self.state.runtime_info(),  # noqa: PLW0108
+            extra_families=self.per_job.families if self.per_job is not None else (),
+            zero_hold=settings.zero_hold_seconds,
+        )
+        # One TrainJob watch per configured namespace, else one over all namespaces.
+        stream_of = _namespace_stream if settings.namespaces else _single_stream
+        self.ledger = ServedLedger(
             self.metric_state,
+            hold=settings.zero_hold_seconds,
+            stream_of=stream_of,
+            max_tracked=max(1, settings.handover_journal_size),
+        )
+        self.journal = CountJournal(
+            self.ledger,
             journal_size=settings.handover_journal_size,
             telemetry=self.telemetry,
-            # One TrainJob watch per configured namespace, else one over all namespaces.
-            stream_of=_namespace_stream if settings.namespaces else None,
-            on_uncertain=self._uncertain_pending,
+            stream_of=stream_of,
+            # The settler needs the journal, so it is built just below; it is called only while leading.
+            on_uncertain=lambda: self.settler.schedule(),  # noqa: PLW0108
         )
+        self.settler = HeldEdgeSettler(self.journal, lambda: self.client, page_size=settings.list_page_size)
+        self.lease_watermarks = LeaseWatermarks(settings.identity)
         self.state = TrainerState(
             self.journal,
             max_unknown_runtime_refs=settings.max_unknown_runtime_refs,
             on_limit=self.telemetry.limit_hit,
+            accelerator_patterns=settings.accelerator_resource_patterns,
+            max_accelerator_classes=settings.max_accelerator_classes,
+            max_failure_reasons=settings.max_failure_reasons,
         )
         self.exposition = MetricsExposition(self.registry)
 
@@ -125,10 +117,7 @@ class Service:
         self.elector: LeaseElector | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: list[str] = []
-        self._started_at = time.monotonic()
-        self._seen_watermarks: Watermarks | None = None  # highest hand-over watermarks seen in the Lease
-        self._seen_other_leader = False  # a Lease record held by another replica was seen
-        self._settler: asyncio.Task[None] | None = None  # settles the journal's uncertain events
+        self._handed_over: bool | None = None  # outcome of this term's hand_over(), once it ran
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -149,16 +138,15 @@ class Service:
         self._spawn(self._lead_when_synced(), "leader election")
 
     async def kill(self) -> None:
-        """Stop as a crashed process would: no Lease release (the chaos and hand-over tests use it)."""
+        """Stop as a crashed process would: no hand-over wait, no Lease release (chaos, hand-over tests)."""
         if self.elector is not None:
             self.elector.abandon_on_cancel()
-        await self.stop()
+        await self.stop(graceful=False)
 
-    async def stop(self) -> None:
-        if self._settler is not None:
-            self._settler.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._settler
+    async def stop(self, *, graceful: bool = True) -> None:
+        if graceful:
+            await self.hand_over()
+        await self.settler.stop()
         # Reverse order of start: the elector's task releases the Lease when cancelled.
         for task in reversed(self._tasks):
             task.cancel()
@@ -173,9 +161,10 @@ class Service:
             self.client = None
 
     def _build_informers(self, client: KubeClient) -> list[Informer[Any]]:
-        options = InformerOptions.from_settings(self.settings)
+        options = informer_options(self.settings)
         scopes: list[str | None] = list(self.settings.namespaces) or [None]
-        runtimes, jobs = self.state.runtime_handler, self.state.job_handler
+        runtimes = self.state.runtime_handler
+        jobs: Any = self.state.job_handler
 
         def informer(resource: ResourceKind, ns: str | None, projector: Any, handler: Any) -> Informer[Any]:
             return Informer(
@@ -189,7 +178,14 @@ class Service:
                 on_limit=self.telemetry.limit_hit,
             )
 
-        self._trainjob_informers = [informer(TRAINJOBS, ns, TRAINJOB_PROJECTOR, jobs) for ns in scopes]
+        projector: Any = TRAINJOB_PROJECTOR
+        if self.per_job is not None:
+            # trainerStatus is decoded only for the per-TrainJob series (app/trainer/wire.py).
+            projector = TrainJobProjector(
+                trainer_status=True, max_trainer_metrics=self.settings.per_trainjob_max_trainer_metrics
+            )
+            jobs = PerJobHandler(jobs, self.per_job)
+        self._trainjob_informers = [informer(TRAINJOBS, ns, projector, jobs) for ns in scopes]
         return [
             informer(CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, runtimes),
             *(informer(TRAINING_RUNTIMES, ns, TRAINING_RUNTIME_PROJECTOR, runtimes) for ns in scopes),
@@ -221,7 +217,7 @@ class Service:
             await asyncio.sleep(0.05)
         log.info(
             "informers synced",
-            extra={"trainjobs": self._trainjob_count(), "runtimes": len(self.state.runtimes())},
+            extra={"trainjobs": self.trainjob_count(), "runtimes": len(self.state.runtimes())},
         )
         if not self.settings.leader_election:
             log.info("leader election disabled: this replica exports the Trainer metrics")
@@ -244,8 +240,9 @@ class Service:
             leases,
             config,
             _Callbacks(self),
-            annotations=self._lease_annotations,
-            on_observed=self._remember_watermark,
+            # What a scrape has shown, not what was counted (app/handover/served.py).
+            annotations=lambda: self.lease_watermarks.annotations(self.served_watermarks()),
+            on_observed=self.lease_watermarks.observe,
         )
         await self.elector.run()
 
@@ -262,7 +259,7 @@ class Service:
             record = None
         if record is None:
             return
-        self._remember_watermark(record)
+        self.lease_watermarks.observe(record)
         if record.holder_identity and record.holder_identity != s.identity:
             # The Lease can only expire a lease duration after its last renew; warm candidates retry every
             # 1 to 2.2 retry periods (jittered), so three of those on top let them win a dead holder's Lease.
@@ -274,48 +271,99 @@ class Service:
                 wait,
             )
             await asyncio.sleep(wait)
+        elif not record.holder_identity and record.renew_time is not None:
+            # Released by a leader that stopped gracefully. It stopped counting when its hand-over began
+            # and handed over only what was scraped: what came after is in the warm followers' journals,
+            # not in this replica's (it came before our first list). They take a free Lease on their next
+            # retry (1 to 2.2 retry periods); let them.
+            wait = 3 * s.retry_period_seconds
+            log.info(
+                "the Lease was released: waiting %.1f s before running for leadership, so that a warm "
+                "replica takes over first",
+                wait,
+            )
+            await asyncio.sleep(wait)
+
+    # --- hand-over -------------------------------------------------------------------------------
+
+    def served_watermarks(self) -> dict[str, int]:
+        """The watermarks to publish: what this replica counted and every scraper has seen
+        (app/handover/served.py), per stream."""
+        return self.ledger.watermarks(self.journal.watermarks)
+
+    @property
+    def handover_wait_seconds(self) -> float:
+        s = self.settings
+        if s.handover_wait_seconds is not None:
+            return s.handover_wait_seconds
+        # A count in a series born just before the stop shows after the hold, one scrape, and is seen a
+        # hold later: about three holds with the chart's hold of two scrape intervals.
+        return 3 * s.zero_hold_seconds + 5.0
+
+    async def hand_over(self) -> bool:
+        """First half of a graceful stop, while ``/metrics`` is still served: stop counting, then wait
+        until every scraper has seen what this leader counted (the served watermarks reach the counted
+        ones), so that the release hands over exactly what PromQL has. Bounded by
+        ``handover_wait_seconds``; gives up at once when no scrape came for the zero hold (nobody is
+        scraping). Returns True when everything counted was seen (or there was nothing to hand over)."""
+        if not self.journal.leading or self.elector is None:
+            return True  # a follower, or a single replica without election: nobody takes over
+        if self._handed_over is not None:
+            return self._handed_over  # the signal handler ran it; the lifespan's stop() comes after
+        if not self.journal.paused:
+            # Creations still waiting for their runtime are counted now (with what is known), so that
+            # the wait covers them too.
+            self.state.flush_pending(math.inf)
+            self.journal.pause_counting()
+        wait = self.handover_wait_seconds
+        hold = self.ledger.hold
+        started = time.monotonic()
+        deadline = started + wait
+        reason = "nothing to wait for"
+        while self.journal.leading:
+            if self.ledger.all_seen():
+                log.info(
+                    "hand-over: every count of this leader has been scraped",
+                    extra={"waited_seconds": round(time.monotonic() - started, 3)},
+                )
+                self._handed_over = True
+                return True
+            now = time.monotonic()
+            last = self.ledger.last_render
+            quiet_until = (last if last is not None else started) + hold + _NO_SCRAPE_GRACE
+            if wait <= 0:
+                reason = "handover_wait_seconds is 0"
+                break
+            if now >= deadline:
+                reason = f"handover_wait_seconds ({wait:g} s) passed"
+                break
+            if now >= quiet_until:
+                reason = f"no scrape for {now - (last if last is not None else started):.1f} s"
+                break
+            wake = min(deadline, quiet_until)
+            seen_at = self.ledger.next_seen_at()
+            if seen_at is not None:
+                wake = min(wake, seen_at)
+            await self.ledger.wait_change(wake - now + 0.001)
+        else:
+            return self.ledger.all_seen()  # lost the Lease meanwhile: the elector released what it could
+        self._handed_over = False
+        log.warning(
+            "hand-over: releasing with %d counts not yet seen by every scraper (%s); the next leader "
+            "counts them again, and a scraper that saw some of them counts those twice",
+            self.ledger.unseen,
+            reason,
+        )
+        return False
 
     # --- leadership ------------------------------------------------------------------------------
 
-    def _lease_annotations(self) -> dict[str, str]:
-        # Never publish less than the Lease has said: a replica that led before and takes the Lease again
-        # still holds its old term's watermark when the acquiring write is built (start_leading runs after
-        # it), and writing that would let the next takeover recount what the leaders in between counted.
-        watermarks = _max_watermarks(self.journal.watermarks, self._seen_watermarks or {})
-        return {WATERMARK_ANNOTATION: format_watermarks(watermarks)} if watermarks else {}
-
-    def _remember_watermark(self, record: LeaseRecord) -> None:
-        if record.holder_identity and record.holder_identity != self.settings.identity:
-            self._seen_other_leader = True
-        watermarks = parse_watermarks(record.annotations)
-        if watermarks is None:
-            return
-        seen = self._seen_watermarks if self._seen_watermarks is not None else {}
-        for stream, rv in watermarks.items():
-            if rv > seen.get(stream, -1):
-                seen[stream] = rv
-        self._seen_watermarks = seen
-
-    def _takeover_floor(self, previous: LeaseRecord | None) -> Watermarks | int | None:
-        """The resourceVersion up to which the previous leader counted (see app/metrics/journal.py).
-
-        The record we took over says it; if its watermark is missing or unreadable, the highest one
-        seen in the Lease while following is the best knowledge. With none at all: 0 (count all we
-        remember) when no other replica was ever seen holding the Lease, since then nobody else counted;
-        otherwise None (unknown: count only from now on) rather than recount another leader's events.
-        """
-        if previous is not None:
-            watermarks = parse_watermarks(previous.annotations)
-            if watermarks is not None:
-                # Every watermark a leader published was counted up to, so a lower value than one seen
-                # before (a Lease written by an older version, or restored) must not lower the floor.
-                return _max_watermarks(watermarks, self._seen_watermarks or {})
-        if self._seen_watermarks is not None:
-            return dict(self._seen_watermarks)
-        return 0 if not self._seen_other_leader else None
-
     def _start_exporting(self, previous: LeaseRecord | None) -> None:
-        floor = self._takeover_floor(previous)
+        floor = self.lease_watermarks.takeover_floor(previous)
+        # Each term counts from zero: its series are new to Prometheus (this pod), born at zero.
+        self._handed_over = None
+        self.metric_state.reset_counts()
+        self.ledger.start_term()
         replayed = self.journal.start_leading(floor)
         self.exposition.set_trainer_source(self.metric_state)
         log.info(
@@ -323,79 +371,23 @@ class Service:
             extra={"previous_watermark": floor, "replayed_events": replayed},
         )
 
-    def _uncertain_pending(self) -> None:
-        if self._settler is None or self._settler.done():
-            self._settler = asyncio.get_running_loop().create_task(
-                self._settle_uncertain(), name="settle uncertain edges"
-            )
-
-    async def _settle_uncertain(self) -> None:
-        """Settle the edges the journal holds as uncertain (app/metrics/journal.py, ``take_uncertain``):
-        read the TrainJobs as they were at the floor, one paginated LIST per stream and floor, and count
-        each edge the previous leader had not. If that read fails (the revision was compacted away, or the
-        API is down), count them all: counting twice is the lesser harm than losing them."""
-        while self.journal.leading:
-            batch = self.journal.take_uncertain()
-            if not batch:
-                return
-            groups: dict[tuple[str, int], list[CountableEvent]] = {}
-            for event, stream, floor in batch:
-                groups.setdefault((stream, floor), []).append(event)
-            for (stream, floor), events in groups.items():
-                at_floor: dict[str, bool] | None
-                try:
-                    at_floor = await self._terminal_at(stream or None, floor)
-                except Exception as exc:
-                    log.warning(
-                        "could not read the TrainJobs at the hand-over watermark %s (%s): counting %d "
-                        "edges whose hand-over is uncertain; some may be counted twice",
-                        floor,
-                        exc,
-                        len(events),
-                    )
-                    at_floor = None
-                counted = 0
-                for event in events:
-                    count = at_floor is None or not counted_before(event, at_floor)
-                    counted += count
-                    self.journal.settle(event, count)
-                log.info(
-                    "settled %d edges found by a relist across the hand-over watermark %s: %d counted, "
-                    "%d already counted by the previous leader",
-                    len(events),
-                    floor,
-                    counted,
-                    len(events) - counted,
-                )
-
-    async def _terminal_at(self, namespace: str | None, resource_version: int) -> dict[str, bool]:
-        """uid -> terminal, for every TrainJob as it was at ``resource_version``."""
-        assert self.client is not None
-        out: dict[str, bool] = {}
-        items = list_at(
-            self.client,
-            TRAINJOBS,
-            namespace,
-            resource_version,
-            page_size=self.settings.list_page_size,
-            timeout=_SETTLE_PAGE_TIMEOUT,
-        )
-        async for item in items:
-            job = TRAINJOB_PROJECTOR.from_json(item)
-            if job is not None:
-                out[job.uid] = bool(job.result)
-        return out
-
     def _stop_exporting(self) -> None:
         # Count the creations still waiting for their runtime (with what is known now) so that the
         # watermark published at release covers them: the next leader skips everything up to it.
         self.state.flush_pending(math.inf)
         # Unregister first: from this instant no scrape of this replica shows Trainer metrics.
         self.exposition.set_trainer_source(None)
-        watermark = self.journal.stop_leading()
-        log.info("stopped leading: Trainer metrics no longer exported", extra={"watermark": watermark})
+        served = self.served_watermarks()
+        self.journal.stop_leading(seen=served)
+        log.info(
+            "stopped leading: Trainer metrics no longer exported",
+            extra={
+                "watermark": self.journal.watermark,
+                "served_watermark": max(served.values(), default=None),
+            },
+        )
 
-    # --- views for the routes ----------------------------------------------------------------------
+    # --- what the routes read (app/api/) -----------------------------------------------------------
 
     def liveness_problems(self) -> list[str]:
         return [f"background task {what} died" for what in self._failed]
@@ -417,103 +409,9 @@ class Service:
         body, headers = await self.exposition.build_metrics_response_async(accept, accept_encoding)
         return body, headers
 
-    def _trainjob_count(self) -> int:
+    def trainjob_count(self) -> int:
+        """TrainJobs held in the informer caches."""
         return sum(len(i) for i in self._trainjob_informers)
-
-    def snapshot(self) -> SnapshotResponse:
-        now = time.monotonic()
-        runtimes = [
-            RuntimeEntry(
-                runtime_ref=r.ref,
-                kind=r.kind,
-                namespace=r.namespace,
-                name=r.name,
-                ml_policy=r.ml_policy,
-                pod_group_policy=r.pod_group_policy,
-                framework=r.framework,
-                num_nodes=r.num_nodes,
-                accelerator_class=r.accelerator_class,
-                accelerators_per_node=r.accelerators_per_node,
-                resource_version=r.resource_version,
-            )
-            for r in sorted(self.state.runtimes(), key=lambda r: r.ref)
-        ]
-        informers = [
-            InformerStatus(
-                name=i.name,
-                synced=i.synced,
-                stale=i.stale,
-                objects=len(i),
-                resource_version=i.resource_version,
-                last_event_age_seconds=round(now - i.last_event, 3),
-            )
-            for i in self.informers
-        ]
-        return SnapshotResponse(
-            runtimes=runtimes,
-            informers=informers,
-            trainjobs=self._trainjob_count(),
-            terminal_entries=self.state.terminal_count,
-            unknown_runtime_refs=self.state.unknown_runtime_refs,
-        )
-
-    def terminal_page(self, limit: int, continue_token: str | None) -> TerminalPage:
-        try:
-            entries, next_token = self.state.terminal_entries(limit, continue_token)
-        except ValueError as exc:
-            raise InvalidContinueToken(str(exc)) from None
-        items = [
-            TerminalEntry(
-                namespace=e.namespace,
-                name=e.name,
-                uid=e.uid,
-                result=e.result,
-                reason=e.reason,
-                terminal_time=_utc(e.terminal_time),
-                recorded_time=datetime.fromtimestamp(e.recorded_time, UTC),
-            )
-            for e in entries
-        ]
-        return TerminalPage(total=self.state.terminal_count, items=items, continue_=next_token)
-
-    def leadership(self) -> LeadershipResponse:
-        s = self.settings
-        if self.elector is None:
-            return LeadershipResponse(
-                identity=s.identity,
-                is_leader=self.journal.leading,
-                election_enabled=s.leader_election,
-                holder=s.identity if self.journal.leading else None,
-                lease_name=s.lease_name,
-                lease_namespace=s.lease_namespace,
-                acquire_time=None,
-                renew_time=None,
-                lease_transitions=None,
-                watermark=self.journal.watermark,
-                watermarks=self.journal.watermarks,
-                observed_watermark=None,
-                transitions_seen=0,
-                last_change=None,
-            )
-        st = self.elector.status()
-        observed_streams = parse_watermarks(st.annotations)
-        observed = max(observed_streams.values(), default=None) if observed_streams else None
-        return LeadershipResponse(
-            identity=st.identity,
-            is_leader=st.is_leader,
-            election_enabled=True,
-            holder=st.holder,
-            lease_name=st.lease_name,
-            lease_namespace=st.lease_namespace,
-            acquire_time=st.acquire_time,
-            renew_time=st.renew_time,
-            lease_transitions=st.lease_transitions,
-            watermark=self.journal.watermark,
-            watermarks=self.journal.watermarks,
-            observed_watermark=observed,
-            transitions_seen=st.transitions_seen,
-            last_change=st.last_change,
-        )
 
 
 class _Callbacks:
@@ -532,3 +430,7 @@ class _Callbacks:
 
 def _namespace_stream(event: CountableEvent) -> str:
     return event.namespace
+
+
+def _single_stream(event: CountableEvent) -> str:
+    return ""

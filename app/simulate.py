@@ -17,13 +17,20 @@ from app.config import Settings
 from app.sim.authn import TokenRegistry, install_auth_routes
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
+from app.sim.settings import SimSettings, load_sim_settings, unknown_sim_env_vars
 
 log = logging.getLogger(__name__)
 
 
 @contextlib.asynccontextmanager
-async def embedded_cluster(settings: Settings) -> AsyncIterator[str]:
-    """Run a simulated cluster on loopback with a generator; yield the kubeconfig path for the service."""
+async def embedded_cluster(settings: Settings, sim_settings: SimSettings | None = None) -> AsyncIterator[str]:
+    """Run a simulated cluster on loopback with a generator; yield the kubeconfig path for the service.
+
+    ``sim_settings`` default to the TRAINER_METRICS_SIM_* environment.
+    """
+    workload = sim_settings if sim_settings is not None else load_sim_settings()
+    for name in unknown_sim_env_vars():
+        log.warning("ignoring %s: no such simulate-mode setting", name)
     with tempfile.TemporaryDirectory(prefix="trainer-metrics-sim-") as tmp:
         sim = SimulatedCluster(host="127.0.0.1", port=0)
         if settings.auth_enabled:
@@ -31,22 +38,22 @@ async def embedded_cluster(settings: Settings) -> AsyncIterator[str]:
         async with sim:
             kubeconfig = sim.write_kubeconfig(Path(tmp) / "kubeconfig")
             generator = WorkloadGenerator(
-                sim.store, seed=settings.sim_seed, max_jobs=max(1, settings.sim_jobs)
+                sim.store, seed=workload.seed, max_jobs=max(1, workload.jobs)
             )
             runtimes = generator.load_runtimes()
             # Some jobs exist before the service starts (its initial list), the rest arrive live.
-            generator.populate(settings.sim_jobs // 2)
+            generator.populate(workload.jobs // 2)
             log.info(
                 "simulated cluster at %s: %d runtimes, %d TrainJobs, generator at %.1f steps/s",
                 sim.url,
                 len(runtimes),
-                settings.sim_jobs // 2,
-                settings.sim_rate,
+                workload.jobs // 2,
+                workload.rate,
             )
             stop = asyncio.Event()
             task = None
-            if settings.sim_rate > 0:
-                task = asyncio.create_task(generator.run(settings.sim_rate, stop), name="sim generator")
+            if workload.rate > 0:
+                task = asyncio.create_task(generator.run(workload.rate, stop), name="sim generator")
             try:
                 yield str(kubeconfig)
             finally:

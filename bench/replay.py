@@ -32,11 +32,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from app.sim import shapes
 from app.sim.generator import WorkloadGenerator
 from app.sim.kubeconfig import write_kubeconfig
 from app.sim.store import Store
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 
 _RV_MARK = "__RV_MARK__"
 _BATCH_BYTES = 256 * 1024

@@ -90,7 +90,7 @@ class _CountingHandler:
 
 def _pipeline() -> tuple[Any, Any]:
     """TrainerState → CountJournal (leading) → TrainerMetricState, wired as app/service.py does."""
-    from app.metrics.journal import CountJournal
+    from app.handover.journal import CountJournal
     from app.metrics.trainer_metrics import TrainerMetricState
     from app.trainer.state import TrainerState
 
@@ -105,8 +105,8 @@ def _pipeline() -> tuple[Any, Any]:
 async def _informer_rate(kubeconfig: str, events: int) -> float:
     from app.kube.client import KubeClient
     from app.kube.informer import Informer
-    from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
-    from app.trainer.projections import (
+    from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+    from app.trainer.projectors import (
         CLUSTER_TRAINING_RUNTIME_PROJECTOR,
         TRAINING_RUNTIME_PROJECTOR,
         TRAINJOB_PROJECTOR,
@@ -144,7 +144,7 @@ async def _baseline_rate(kubeconfig: str, events: int) -> float:
     from kubernetes_asyncio import config as k8s_config
     from kubernetes_asyncio import watch
 
-    from app.trainer.projections import TRAINJOB_PROJECTOR
+    from app.trainer.projectors import TRAINJOB_PROJECTOR
 
     state, _ = _pipeline()
     api_client = await k8s_config.new_client_from_config(config_file=kubeconfig)
@@ -199,8 +199,8 @@ async def _fetch_lines(url: str, events: int) -> list[bytes]:
 
 
 def _decode_rates(lines: list[bytes]) -> tuple[float, float]:
-    from app.kube.informer import WatchEvent
-    from app.trainer.projections import TrainJobWire
+    from app.kube.decode import WatchEvent
+    from app.trainer.wire import TrainJobWire
 
     loads = orjson.loads
     gc.collect()
@@ -253,11 +253,15 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
 # --------------------------------------------------------------------------------------------- service
 
 
-def start_service(kubeconfig: str, work: Path, name: str, *, lag_probe: bool = False) -> tuple[Child, str]:
+def start_service(
+    kubeconfig: str, work: Path, name: str, *, lag_probe: bool = False, per_trainjob_max_jobs: int = 0
+) -> tuple[Child, str]:
     port = free_port()
     args = [PYTHON, "-m", "bench.serviceproc", "--kubeconfig", kubeconfig, "--port", str(port)]
     if lag_probe:
         args.append("--lag-probe")
+    if per_trainjob_max_jobs:
+        args += ["--per-trainjob-max-jobs", str(per_trainjob_max_jobs)]
     return Child(args, name=name, log_dir=work), f"http://127.0.0.1:{port}"
 
 
@@ -286,6 +290,14 @@ async def _body(base: str) -> bytes:
 
 def _series(body: bytes) -> set[bytes]:
     return {line.rsplit(b" ", 1)[0] for line in body.splitlines() if line.startswith(b"kubeflow_trainer_")}
+
+
+# The per-TrainJob families (app/metrics/per_job.py): how many of a body's series are theirs.
+_PER_JOB_FAMILIES = (
+    b"kubeflow_trainer_trainjob_info{",
+    b"kubeflow_trainer_trainjob_status_",
+    b"kubeflow_trainer_trainjob_created_timestamp_seconds{",
+)
 
 
 async def _fetch_and_decode(url: str, page: int) -> float:
@@ -401,8 +413,36 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
             c1, t1 = cpu_seconds(service.pid), time.monotonic()
             res.fig("p7_idle_cpu_percent").add((c1 - c0) / (t1 - t0) * 100.0)
             service.stop()
+        per_trainjob_at_scale(sizes, work, res, kubeconfig=infob["kubeconfig"], jobs=jobs, settle=settle)
     finally:
         simb.stop()
+
+
+def per_trainjob_at_scale(
+    sizes: Sizes, work: Path, res: Results, *, kubeconfig: str, jobs: int, settle: float
+) -> None:
+    """P3 and P4 again at the big cluster with the per-TrainJob series on, capped at every TrainJob (the worst
+    case: all of them exported). A tenth of the scrapes: a body of tens of MB takes a fraction of a second."""
+    for rep in range(sizes.reps):
+        service, base, _ = _ready_service(
+            kubeconfig, work, f"svc-big-perjob-{rep}", per_trainjob_max_jobs=jobs
+        )
+        time.sleep(settle)
+        rss = rss_bytes(service.pid)
+        res.fig("p3_rss_big_per_job").add(rss)
+        res.fig("p3_bytes_per_job_per_job").add((rss - res.fig("p3_rss_zero").median) / jobs)
+        body = asyncio.run(_body(base))
+        series = _series(body)
+        res.notes["p4_per_job_series"] = len(series)
+        res.notes["p4_per_job_only_series"] = sum(1 for s in series if s.startswith(_PER_JOB_FAMILIES))
+        res.notes["p4_per_job_body_bytes"] = len(body)
+        scrapes = max(10, sizes.scrapes // 10)
+        lat = asyncio.run(_scrapes(base, scrapes, PROM_TEXT))
+        res.fig("p4_per_job_p50").add(percentile(lat, 50))
+        res.fig("p4_per_job_p99").add(percentile(lat, 99))
+        lat = asyncio.run(_scrapes(base, scrapes, PROM_DEFAULT))
+        res.fig("p4_per_job_om_p50").add(percentile(lat, 50))
+        service.stop()
 
 
 # --------------------------------------------------------------------------------------------- P5

@@ -1,7 +1,8 @@
 """The service under test, as ``trainer-metrics`` would run it, plus bench-only instrumentation.
 
-``python -m bench.serviceproc --kubeconfig K --port P [--lag-probe]`` does what ``app.cli.main`` does
-(load_settings → create_app → uvicorn) with ``--no-leader-election``; with ``--lag-probe`` it also runs an
+``python -m bench.serviceproc --kubeconfig K --port P [--lag-probe] [--per-trainjob-max-jobs N]`` does what
+``app.cli.main`` does (load_settings → create_app → uvicorn) with ``--no-leader-election`` (and the
+per-TrainJob series on, capped at N, when N > 0); with ``--lag-probe`` it also runs an
 event-loop lag probe (a task sleeping 1 ms and recording how late it wakes) and serves its reading at
 ``GET /bench/lag`` (``?reset=1`` clears it). Nothing else differs from the real entry point.
 """
@@ -51,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--lag-probe", action="store_true")
     p.add_argument("--log-level", default="WARNING")
+    p.add_argument(
+        "--per-trainjob-max-jobs",
+        type=int,
+        default=0,
+        help="turn the per-TrainJob series on, with this cap (0: off, the default)",
+    )
     args = p.parse_args(argv)
     t0 = time.monotonic()
 
@@ -66,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         host="127.0.0.1",
         leader_election=False,
         log_level=args.log_level,
+        per_trainjob_series=args.per_trainjob_max_jobs > 0,
+        per_trainjob_max_jobs=args.per_trainjob_max_jobs,
     )
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)

@@ -25,11 +25,11 @@ from typing import Any
 
 from aiohttp import web
 
-from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from app.sim import shapes
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
 from app.sim.store import Store
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 
 PROBE_NS = "bench-probe"
 PROBE_NAME = "freshness-probe"
@@ -74,7 +74,8 @@ def clone_jobs(store: Store, copies: int) -> int:
 def _probe_status(running: bool) -> dict[str, Any]:
     return {
         "conditions": [],
-        "jobsStatus": shapes.jobs_status(("node",), active=("node",) if running else ()),
+        # running = a child Job ready, not merely active (app/trainer/rules.py job_state)
+        "jobsStatus": shapes.jobs_status(("node",), active=("node",) if running else (), ready=running),
     }
 
 

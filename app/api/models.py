@@ -32,8 +32,17 @@ class RuntimeEntry(BaseModel):
     pod_group_policy: str
     framework: str
     num_nodes: int | None = Field(description="spec.mlPolicy.numNodes as given (None: defaults to 1).")
-    accelerator_class: str = Field(description="Trainer container accelerator resource, or none.")
+    default_nodes: int = Field(
+        description="Nodes a TrainJob without numNodes gets: mlPolicy.numNodes (default 1), or without an "
+        "mlPolicy the trainer job's parallelism (default 1)."
+    )
+    accelerator_class: str = Field(
+        description="Trainer container accelerator resource (the first by name when several), or none."
+    )
     accelerators_per_node: int
+    accelerators: dict[str, int] = Field(
+        description="Every accelerator resource the trainer container requests, with its per-node count."
+    )
     resource_version: str
 
 

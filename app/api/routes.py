@@ -1,13 +1,15 @@
-"""HTTP routes. Thin: every answer comes from the in-memory state behind ``ServiceView``."""
+"""HTTP routes. Thin: every answer comes from the running service's in-memory state (app/api/views.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import Annotated
 
 from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from app.api import views
+from app.api.deps import RunningService
 from app.api.models import (
     ErrorResponse,
     LeadershipResponse,
@@ -15,48 +17,21 @@ from app.api.models import (
     SnapshotResponse,
     TerminalPage,
 )
+from app.metrics.telemetry import Limit
+from app.service import Service
 
 
-class InvalidContinueToken(ValueError):
-    """The `continue` token of a /debug/terminal request cannot be decoded."""
-
-
-class ServiceView(Protocol):
-    """What the routes need of the running service."""
-
-    terminal_page_max: int
-    debug_endpoints: bool
-
-    def liveness_problems(self) -> list[str]: ...
-
-    def readiness_problems(self) -> list[str]: ...
-
-    async def render_metrics(
-        self, accept: str | None, accept_encoding: str | None
-    ) -> tuple[bytes, dict[str, str]]: ...
-
-    def snapshot(self) -> SnapshotResponse: ...
-
-    def terminal_page(self, limit: int, continue_token: str | None) -> TerminalPage: ...
-
-    def leadership(self) -> LeadershipResponse: ...
-
-
-DEBUG_PAGE_SIZE_LIMIT = "debug_page_size"  # app.metrics.telemetry.LIMITS
-
-
-def _limit_hit(view: ServiceView, limit: str) -> None:
-    """Count a safety-limit hit in the view's SelfTelemetry, when it has one (the Service does)."""
-    telemetry = getattr(view, "telemetry", None)
-    if telemetry is not None:
-        telemetry.limit_hit(limit)
-
-
-def _view(request: Request) -> ServiceView:
-    view: ServiceView | None = getattr(request.app.state, "service", None)
-    if view is None:
+def _started(service: Service | None) -> Service:
+    if service is None:
         raise HTTPException(status_code=503, detail="service is starting")
-    return view
+    return service
+
+
+def _debug(service: Service | None) -> Service:
+    started = _started(service)
+    if not started.debug_endpoints:
+        raise HTTPException(status_code=404, detail="debug endpoints are disabled")
+    return started
 
 
 def _probe(problems: list[str]) -> JSONResponse:
@@ -89,19 +64,19 @@ def build_router() -> APIRouter:
         return _INDEX
 
     @router.get("/healthz", response_model=ProbeResponse, responses=_PROBE_RESPONSES, tags=["probes"])
-    async def healthz(request: Request) -> JSONResponse:
+    async def healthz(service: RunningService) -> JSONResponse:
         """Liveness: the process and its event loop answer. Never fails for an unreachable API server."""
-        return _probe(_view(request).liveness_problems())
+        return _probe(_started(service).liveness_problems())
 
     @router.get("/livez", response_model=ProbeResponse, responses=_PROBE_RESPONSES, tags=["probes"])
-    async def livez(request: Request) -> JSONResponse:
+    async def livez(service: RunningService) -> JSONResponse:
         """Liveness (same as /healthz)."""
-        return _probe(_view(request).liveness_problems())
+        return _probe(_started(service).liveness_problems())
 
     @router.get("/readyz", response_model=ProbeResponse, responses=_PROBE_RESPONSES, tags=["probes"])
-    async def readyz(request: Request) -> JSONResponse:
+    async def readyz(service: RunningService) -> JSONResponse:
         """Readiness: every informer has synced its initial list and its watch is not stale."""
-        return _probe(_view(request).readiness_problems())
+        return _probe(_started(service).readiness_problems())
 
     @router.get(
         "/metrics",
@@ -110,26 +85,20 @@ def build_router() -> APIRouter:
         responses={200: {"content": {"text/plain": {}, "application/openmetrics-text": {}}}},
     )
     async def metrics(
-        request: Request,
+        service: RunningService,
         accept: Annotated[str | None, Header()] = None,
         accept_encoding: Annotated[str | None, Header()] = None,
     ) -> Response:
         """Prometheus exposition: text 0.0.4, OpenMetrics if the Accept header asks, gzip if accepted."""
-        body, headers = await _view(request).render_metrics(accept, accept_encoding)
+        body, headers = await _started(service).render_metrics(accept, accept_encoding)
         return Response(content=body, headers=headers)
 
     debug = APIRouter(prefix="/debug", tags=["debug"])
 
-    def _debug_view(request: Request) -> ServiceView:
-        view = _view(request)
-        if not view.debug_endpoints:
-            raise HTTPException(status_code=404, detail="debug endpoints are disabled")
-        return view
-
     @debug.get("/snapshot", response_model=SnapshotResponse, responses={404: {"model": ErrorResponse}})
-    async def snapshot(request: Request) -> SnapshotResponse:
+    async def snapshot(service: RunningService) -> SnapshotResponse:
         """Runtime inventory, informer sync state and object counts."""
-        return _debug_view(request).snapshot()
+        return views.snapshot(_debug(service))
 
     @debug.get(
         "/terminal",
@@ -140,16 +109,17 @@ def build_router() -> APIRouter:
     )
     async def terminal(
         request: Request,
+        service: RunningService,
         limit: Annotated[int, Query(ge=1, description="Entries per page (at most terminal_page_max).")] = 100,
         continue_: Annotated[
             str | None, Query(alias="continue", max_length=512, description="Token from the previous page.")
         ] = None,
     ) -> TerminalPage:
         """The terminal-dedup set: TrainJobs this replica has seen terminal, paginated."""
-        view = _debug_view(request)
+        view = _debug(service)
         if limit > view.terminal_page_max:
             if "limit" in request.query_params:
-                _limit_hit(view, DEBUG_PAGE_SIZE_LIMIT)
+                view.telemetry.limit_hit(Limit.DEBUG_PAGE_SIZE)
                 # FastAPI's own 422 body (HTTPValidationError): what the schema documents for 422.
                 raise RequestValidationError(
                     [
@@ -164,14 +134,14 @@ def build_router() -> APIRouter:
                 )
             limit = view.terminal_page_max  # the default page size, clamped to a smaller configured maximum
         try:
-            return view.terminal_page(limit, continue_)
-        except InvalidContinueToken as exc:
+            return views.terminal_page(view, limit, continue_)
+        except views.InvalidContinueToken as exc:
             raise HTTPException(status_code=400, detail=f"invalid continue token: {exc}") from None
 
     @debug.get("/leadership", response_model=LeadershipResponse, responses={404: {"model": ErrorResponse}})
-    async def leadership(request: Request) -> LeadershipResponse:
+    async def leadership(service: RunningService) -> LeadershipResponse:
         """Leader election state of this replica."""
-        return _debug_view(request).leadership()
+        return views.leadership(_debug(service))
 
     router.include_router(debug)
     return router

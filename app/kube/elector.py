@@ -1,10 +1,12 @@
-"""Leader election over a ``coordination.k8s.io/v1`` Lease, with client-go semantics (k8s-protocol.md §4).
+"""Leader election over a ``coordination.k8s.io/v1`` Lease, with client-go semantics
+(docs/design/k8s-protocol.md §4).
 
 Our own implementation rather than ``kubernetes_asyncio.leaderelection``, whose flaws we must not inherit:
 no per-request deadline, exceptions that escape and orphan the leader work, no release on cancel, expiry
 judged with the wall clock against the *local* lease duration, broken MicroTime formatting.
 
-Safety argument (product.md §6 invariant 5). There is no fencing, so "at most one exporter" rests on time:
+Safety argument (docs/design/product.md §6 invariant 5). There is no fencing, so "at most one exporter"
+rests on time:
 
 * A follower takes over only ``leaseDurationSeconds`` after it last *saw the record change* (its own
   monotonic clock; the server's renewTime is never compared with a local clock, so clock skew is harmless).
@@ -25,7 +27,6 @@ Safety argument (product.md §6 invariant 5). There is no fencing, so "at most o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 import math
@@ -36,9 +37,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from app.kube.client import ApiError, KubeClient
-from app.kube.microtime import format_microtime, parse_microtime
-from app.kube.resources import LEASES
+from app.kube.lease import LeaseClient, LeaseRecord, MalformedLease, lease_body, loose_int, parse_lease
+from app.kube.logthrottle import FailureLog
 
 log = logging.getLogger(__name__)
 
@@ -46,147 +46,6 @@ JITTER_FACTOR = 1.2  # client-go's JitterUntil factor for the acquire loop
 RELEASED_LEASE_DURATION = 1  # 0 fails Lease validation (k8s#88194), so a released Lease says 1 s
 _RELEASE_ATTEMPTS = 3  # a conflicting release re-reads the Lease and tries again, within the renew deadline
 _LOG_REPEAT_INTERVAL = 60.0  # a repeated failure of the same kind is logged at most once a minute
-
-
-# --------------------------------------------------------------------------------------------------
-# Lease API access
-# --------------------------------------------------------------------------------------------------
-
-
-class LeaseClient(Protocol):
-    """The three Lease calls the elector makes. Errors are exceptions; 409 and friends carry ``.status``."""
-
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Lease object, or None when it does not exist (404)."""
-        ...
-
-    async def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
-    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
-
-class KubeLeaseClient:
-    """`LeaseClient` over `KubeClient.request_json`; ``ApiError`` (``.status``) propagates, but 404 on GET.
-
-    ``request_timeout`` is only a backstop for calls made outside an elector deadline: the elector itself
-    bounds every round with ``asyncio.timeout``.
-    """
-
-    def __init__(self, client: KubeClient, *, request_timeout: float = 10.0) -> None:
-        self._client = client
-        self._timeout = request_timeout
-
-    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj = await self._client.request_json(
-                "GET", LEASES.object_path(name, namespace), timeout=self._timeout
-            )
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return _expect_object(obj)
-
-    async def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        obj = await self._client.request_json(
-            "POST", LEASES.collection_path(namespace), body=body, timeout=self._timeout
-        )
-        return _expect_object(obj)
-
-    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        obj = await self._client.request_json(
-            "PUT", LEASES.object_path(name, namespace), body=body, timeout=self._timeout
-        )
-        return _expect_object(obj)
-
-
-def _expect_object(obj: Any) -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        raise MalformedLease(f"Lease response is not a JSON object: {type(obj).__name__}")
-    return obj
-
-
-# --------------------------------------------------------------------------------------------------
-# Lease record
-# --------------------------------------------------------------------------------------------------
-
-
-class MalformedLease(ValueError):
-    """A Lease whose fields cannot be read (wrong types, bad MicroTime). Never raised out of the elector."""
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRecord:
-    """What a Lease says, parsed. ``holder_identity == ""`` means free (e.g. released)."""
-
-    holder_identity: str
-    lease_duration_seconds: int
-    acquire_time: datetime | None
-    renew_time: datetime | None
-    lease_transitions: int
-    annotations: Mapping[str, str]
-    resource_version: str
-
-
-def parse_lease(obj: Any) -> LeaseRecord:
-    """Parse a Lease object; raise `MalformedLease` for anything the API server would not have produced.
-
-    Missing fields are legal (all spec fields are optional pointers): no holder = free, no duration = 0 =
-    already expired (as in client-go), no transitions = 0. A missing spec is an empty spec.
-    """
-    if not isinstance(obj, dict):
-        raise MalformedLease(f"Lease is not a JSON object: {type(obj).__name__}")
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        raise MalformedLease("Lease has no metadata object")
-    spec = obj.get("spec")
-    if spec is None:
-        spec = {}
-    if not isinstance(spec, dict):
-        raise MalformedLease(f"Lease spec is not an object: {type(spec).__name__}")
-
-    holder = spec.get("holderIdentity")
-    if holder is None:
-        holder = ""
-    if not isinstance(holder, str):
-        raise MalformedLease(f"holderIdentity is not a string: {holder!r}")
-    return LeaseRecord(
-        holder_identity=holder,
-        lease_duration_seconds=max(0, _int_field(spec, "leaseDurationSeconds")),
-        acquire_time=_time_field(spec, "acquireTime"),
-        renew_time=_time_field(spec, "renewTime"),
-        lease_transitions=max(0, _int_field(spec, "leaseTransitions")),
-        annotations=_annotations_of(meta),
-        resource_version=str(meta.get("resourceVersion") or ""),
-    )
-
-
-def _int_field(spec: dict[str, Any], key: str) -> int:
-    value = spec.get(key)
-    if value is None:
-        return 0
-    # bool is an int subclass; a Go int32 field never decodes from true/false.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise MalformedLease(f"{key} is not an integer: {value!r}")
-    return value
-
-
-def _time_field(spec: dict[str, Any], key: str) -> datetime | None:
-    value = spec.get(key)
-    if value is None:
-        return None
-    try:
-        return parse_microtime(value)
-    except ValueError as exc:
-        raise MalformedLease(f"{key}: {exc}") from None
-
-
-def _annotations_of(meta: dict[str, Any]) -> dict[str, str]:
-    # Annotations are informative (watermark hand-over); odd entries are dropped rather than fatal.
-    raw = meta.get("annotations")
-    if not isinstance(raw, dict):
-        return {}
-    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -253,31 +112,6 @@ class ElectorStatus:
     last_change: datetime | None = None  # wall time of the last change of is_leader or of the observed holder
 
 
-class _LogLimiter:
-    """Log a failure when it starts or changes kind, then at most once a minute with a repeat count."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._key: str | None = None
-        self._last = 0.0
-        self._suppressed = 0
-
-    def failure(self, key: str, message: str, *args: object) -> None:
-        now = self._clock()
-        if key != self._key or now - self._last >= _LOG_REPEAT_INTERVAL:
-            suffix = f" ({self._suppressed} similar failures not logged)" if self._suppressed else ""
-            log.warning(message + suffix, *args)
-            self._key, self._last, self._suppressed = key, now, 0
-        else:
-            self._suppressed += 1
-            log.debug(message, *args)
-
-    def success(self) -> None:
-        if self._key is not None:
-            log.info("lease API requests succeed again")
-        self._key, self._suppressed = None, 0
-
-
 def _describe(exc: BaseException) -> tuple[str, str]:
     """(key for rate-limited logging, human text). ``status`` is ApiError's HTTP status (0 = connection)."""
     status = getattr(exc, "status", None)
@@ -316,7 +150,9 @@ class LeaseElector:
         self._clock = clock
         self._on_transition = on_transition
         self._on_observed = on_observed  # every readable record seen (the hand-over watermark lives there)
-        self._limiter = _LogLimiter(clock)
+        self._limiter = FailureLog(
+            log, "lease API requests succeed again", interval=_LOG_REPEAT_INTERVAL, clock=clock
+        )
 
         # client-go's observedRecord / observedRawRecord / observedTime, plus the whole object for its RV.
         self._observed_lease: dict[str, Any] | None = None
@@ -498,7 +334,7 @@ class LeaseElector:
                 if not expired:
                     return False
                 previous: LeaseRecord | None = None
-                acquire, transitions = now_wall, _loose_int(lease, "leaseTransitions") + 1
+                acquire, transitions = now_wall, loose_int(lease, "leaseTransitions") + 1
             else:
                 # (4) Held by someone else and still valid → not ours.
                 if rec.holder_identity and not expired and rec.holder_identity != cfg.identity:
@@ -678,57 +514,30 @@ class LeaseElector:
         renew: datetime,
         transitions: int,
     ) -> dict[str, Any]:
-        """A full Lease for PUT/POST. PUT replaces the object, so everything else in it (labels, owner
-        references, other spec fields such as strategy) is carried over from ``base``."""
         cfg = self._config
-        if base is None:
-            meta: dict[str, Any] = {"name": cfg.lease_name, "namespace": cfg.lease_namespace}
-            spec: dict[str, Any] = {}
-        else:
-            raw_meta = base.get("metadata")
-            meta = copy.deepcopy(raw_meta) if isinstance(raw_meta, dict) else {}
-            meta.pop("managedFields", None)  # omitted = the server keeps them
-            raw_spec = base.get("spec")
-            spec = copy.deepcopy(raw_spec) if isinstance(raw_spec, dict) else {}
-        annotations = self._merged_annotations(meta.get("annotations"))
-        if annotations:
-            meta["annotations"] = annotations
-        spec.update(
-            holderIdentity=holder,
-            leaseDurationSeconds=duration,
-            acquireTime=format_microtime(acquire),
-            renewTime=format_microtime(renew),
-            leaseTransitions=transitions,
+        return lease_body(
+            base,
+            name=cfg.lease_name,
+            namespace=cfg.lease_namespace,
+            holder=holder,
+            duration=duration,
+            acquire=acquire,
+            renew=renew,
+            transitions=transitions,
+            annotations=self._our_annotations(),
         )
-        return {"apiVersion": LEASES.api_version, "kind": LEASES.kind, "metadata": meta, "spec": spec}
 
-    def _merged_annotations(self, existing: Any) -> dict[str, str]:
-        merged = (
-            {k: v for k, v in existing.items() if isinstance(k, str)} if isinstance(existing, dict) else {}
-        )
+    def _our_annotations(self) -> Mapping[str, str] | None:
         if self._annotations is None:
-            return merged
+            return None
         try:
-            ours = self._annotations()
+            return self._annotations()
         except Exception:
             # A failing watermark provider must not cost us the Lease: write the rest, keep the old value.
             log.exception(
                 "lease %s: annotations() failed; keeping the previous ones", self._config.lease_name
             )
-            return merged
-        for key, value in ours.items():
-            if isinstance(key, str) and isinstance(value, str):
-                merged[key] = value
-        return merged
-
-
-def _loose_int(lease: Any, key: str) -> int:
-    """Best-effort integer spec field of an unreadable Lease (for the transition count)."""
-    with contextlib.suppress(Exception):
-        value = lease["spec"][key]
-        if isinstance(value, int) and not isinstance(value, bool):
-            return max(0, value)
-    return 0
+            return None
 
 
 def _safe_call(name: str, fn: Callable[..., None], *args: Any) -> None:

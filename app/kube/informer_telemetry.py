@@ -2,14 +2,14 @@
 
 The informer's hot path only bumps plain ints on a slotted ``InformerCounters``; a custom Collector turns
 them into metric families at scrape time (no prometheus_client child lookups or locks per event), and
-computes ages from monotonic timestamps when scraped. Labels are bounded: ``informer`` is
+computes ages from the informers' clock timestamps when scraped. Labels are bounded: ``informer`` is
 "<resource>" or "<resource>/<namespace>" from configuration, the others come from fixed vocabularies.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -83,14 +83,17 @@ class InformerView(Protocol):
     @property
     def stale(self) -> bool: ...
     @property
-    def last_event(self) -> float: ...  # time.monotonic() of the last event, bookmark or completed list
+    def last_event(self) -> float: ...  # clock() of the last event, bookmark or completed list
     def __len__(self) -> int: ...
 
 
 class InformerTelemetry(Collector):
     """One per registry; every informer registers itself and gets its counters back."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock = clock  # the informers' clock: ages are differences of its readings
         self._informers: dict[str, tuple[InformerView, InformerCounters]] = {}
         if registry is not None:
             registry.register(self)
@@ -116,7 +119,7 @@ class InformerTelemetry(Collector):
     def collect(self) -> Iterator[Metric]:
         families = self._families()
         synced, objects, events, relists, restarts, age, stale, skipped = families
-        now = time.monotonic()
+        now = self._clock()
         for name, (informer, c) in list(self._informers.items()):
             synced.add_metric([name], 1.0 if informer.synced else 0.0)
             objects.add_metric([name], float(len(informer)))

@@ -1,8 +1,8 @@
 """Kubernetes ``metav1.MicroTime``: RFC 3339 in UTC with exactly six fractional digits.
 
 The API server decodes MicroTime with one fixed Go layout, so "…:05Z" or "…:05.123Z" is rejected with a
-400 (k8s-protocol.md §4). ``datetime.isoformat()`` drops the fraction when ``microsecond == 0``, which is
-why we always format explicitly with ``%f``.
+400 (docs/design/k8s-protocol.md §4). ``datetime.isoformat()`` drops the fraction when
+``microsecond == 0``, which is why we always format explicitly with ``%f``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Kubernetes resource coordinates: which URL paths a collection lives at. No Trainer knowledge."""
+"""Kubernetes resource coordinates: which URL paths a collection lives at.
+
+Generic: the kinds an application watches are defined with it; only the Lease, which leader election
+needs, is here."""
 
 from __future__ import annotations
 
@@ -32,14 +35,4 @@ class ResourceKind:
         return f"{self.collection_path(namespace)}/{name}"
 
 
-TRAINER_GROUP = "trainer.kubeflow.org"
-TRAINER_VERSION = "v1alpha1"
-
-TRAINJOBS = ResourceKind(TRAINER_GROUP, TRAINER_VERSION, "trainjobs", "TrainJob", namespaced=True)
-TRAINING_RUNTIMES = ResourceKind(
-    TRAINER_GROUP, TRAINER_VERSION, "trainingruntimes", "TrainingRuntime", namespaced=True
-)
-CLUSTER_TRAINING_RUNTIMES = ResourceKind(
-    TRAINER_GROUP, TRAINER_VERSION, "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False
-)
 LEASES = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)

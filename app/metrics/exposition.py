@@ -14,7 +14,7 @@ scrape then compresses only the few kilobytes of self-telemetry and continues th
 value (a CRC can be continued over appended data, not prepended data: hence the order).
 
 All methods run on the event loop thread. A scrape costs: the Trainer text from its cache (see
-trainer_metrics.py), ~0.5 ms of prometheus_client for the self-telemetry registry, and, if the Trainer
+series.py), ~0.5 ms of prometheus_client for the self-telemetry registry, and, if the Trainer
 text changed since the last gzip scrape, compressing it (~3 ms of CPU per MB at level 1, the largest
 cost for bodies of several MB); the async variant moves that compression to a worker thread (zlib
 releases the GIL) so the loop keeps serving informer events meanwhile.

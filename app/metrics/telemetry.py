@@ -8,6 +8,7 @@ several app instances in one process do not collide). The informer telemetry
 from __future__ import annotations
 
 import platform
+from enum import StrEnum
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,12 +22,23 @@ from prometheus_client import (
 
 from app import __version__
 
-__all__ = ["LIMITS", "SelfTelemetry"]
+__all__ = ["Limit", "SelfTelemetry"]
 
-# Safety limits whose hits are counted: distinct runtime refs beyond the cap collapsed into
-# "unknown", objects larger than max_object_bytes skipped, /debug pages clamped to terminal_page_max,
-# created TrainJobs whose accelerator class is counted as "other" (distinct classes beyond the cap).
-LIMITS = ("unknown_runtime_refs", "object_too_large", "debug_page_size", "accelerator_classes")
+
+class Limit(StrEnum):
+    """The safety limits whose hits are counted, by the ``limit`` label value.
+
+    A str, so that the layers below (app/kube, app/trainer), which must not import Prometheus code,
+    report a hit with the plain value through their ``on_limit(str)`` hook; ``limit_hit`` rejects any
+    other value, so a typo there fails loudly instead of exporting a new series.
+    """
+
+    UNKNOWN_RUNTIME_REFS = "unknown_runtime_refs"  # distinct runtime refs beyond the cap: "unknown"
+    OBJECT_TOO_LARGE = "object_too_large"  # objects larger than max_object_bytes, skipped
+    DEBUG_PAGE_SIZE = "debug_page_size"  # /debug/terminal pages above terminal_page_max, refused
+    ACCELERATOR_CLASSES = "accelerator_classes"  # accelerator classes beyond the cap: "other"
+    FAILURE_REASONS = "failure_reasons"  # well-formed failure reasons beyond the cap: "other"
+    REQUESTED_QUANTITY = "requested_quantity"  # TrainJobs requesting above the ceilings: out of histograms
 
 
 # A `*_created` series per counter doubles the self-telemetry series for no operational value (the
@@ -78,7 +90,7 @@ class SelfTelemetry:
             ("limit",),
             registry=reg,
         )
-        for limit in LIMITS:
+        for limit in Limit:
             self.limit_hits.labels(limit)  # export 0 from the start, so rate() and alerts see the series
         # Own instances of the standard collectors: the module-level ones sit on the global REGISTRY.
         ProcessCollector(registry=reg)
@@ -105,8 +117,10 @@ class SelfTelemetry:
 
     # --- other engineers' hooks --------------------------------------------------------------------
 
-    def limit_hit(self, limit: str, count: int = 1) -> None:
-        """Count a safety-limit hit; ``limit`` is one of :data:`LIMITS`."""
-        if limit not in LIMITS:
-            raise ValueError(f"unknown limit {limit!r}")
-        self.limit_hits.labels(limit).inc(count)
+    def limit_hit(self, limit: Limit | str, count: int = 1) -> None:
+        """Count a safety-limit hit; ``limit`` is a :class:`Limit` or its value."""
+        try:
+            known = Limit(limit)
+        except ValueError:
+            raise ValueError(f"unknown limit {limit!r}") from None
+        self.limit_hits.labels(known).inc(count)

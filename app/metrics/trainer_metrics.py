@@ -1,53 +1,57 @@
-"""The seven Trainer metrics (product.md §3), kept as plain state plus a per-series exposition cache.
+"""The Trainer metrics (docs/design/product.md §3): their definitions and the state behind them.
 
-Why not prometheus-client's Counter/Histogram with a registry: its exposition renders every sample of
-every series on every scrape (~60-100k samples/s), so a scrape of a few thousand histogram series costs
-tens of milliseconds and grows with activity. Like kube-state-metrics, we keep the rendered text of
-each series (one label set: all its bucket/count/sum lines) as one ``bytes`` chunk:
+The series and their cached text are app/metrics/series.py's; this module decides which families
+exist, in which order, and what a Trainer event does to them. A scrape costs nothing per TrainJob
+(docs/design/product.md §6, invariant 7). :class:`TrainerCollector` exposes the same state as a
+regular prometheus-client ``Collector``: the tests compare its exposition with ours byte for byte.
 
-* an event updates the numbers of the one or two series it touches and marks them dirty (O(1));
-* every ``flush_every`` changes, the dirty series are re-rendered and the blocks (runs of ~16 KB of
-  consecutive series) that hold them re-joined, a fraction of a millisecond on the event loop;
-* a scrape flushes what is left and joins the blocks; the joined body is kept until the next change,
-  so repeated scrapes of an unchanged state cost nothing.
-
-A scrape therefore costs one memcpy of the body plus the formatting of at most ``flush_every``
-changes, and nothing per TrainJob (invariant 7).
-
-The text is byte-for-byte what ``prometheus_client.generate_latest`` prints for the same state
-(label order, float formatting, escaping, histogram sample order), and the OpenMetrics rendering
-byte-for-byte what ``prometheus_client.openmetrics.exposition.generate_latest`` prints (minus its
-``# EOF``); the tests check both against :class:`TrainerCollector`, a regular prometheus-client
-``Collector`` over the same state. Both formats share the series chunks: only family headers differ.
-
-Everything here runs on the event loop thread: there is no lock, so do not call it from a thread pool.
+What PromQL sees (README, "How counting works"). With a ``zero_hold`` every counter and histogram
+series is born at zero: ``render_text`` / ``render_openmetrics`` are the *served* renders (one per
+scrape), and a series they show for the first time is shown with all its values 0 for ``zero_hold``
+seconds of served renders before its real values (app/metrics/series.py). Each leader term counts from
+zero (``reset_counts``): a term's series are new to Prometheus (the leader's ``pod`` label), and a
+replica that leads again must not show what its earlier term counted but nobody saw, since the next
+leader counted those again. Listeners (``add_served_listener``) learn of every served render and of
+the series it released, so that the hand-over can say what a scrape has shown
+(app/handover/served.py). Gauges are never held.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from bisect import bisect_left
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.utils import floatToGoString as _untyped_float_to_go_string
+from prometheus_client.metrics_core import Metric
 
-from app.trainer.events import CountableEvent, GaugeKey, JobCreated, JobFinished, RuntimeInfo
+from app.metrics.series import (
+    CounterFamily,
+    Family,
+    GaugeFamily,
+    HistogramFamily,
+    LabelValues,
+    SeriesCache,
+)
+from app.trainer.events import (
+    CountableEvent,
+    GaugeKey,
+    JobAdmitted,
+    JobCreated,
+    JobFinished,
+    JobStarted,
+    RuntimeInfo,
+)
 
 __all__ = [
     "ACCELERATOR_BUCKETS",
     "LIFETIME_BUCKETS",
     "NODES_BUCKETS",
+    "STARTUP_BUCKETS",
     "RuntimeProvider",
+    "SeriesRef",
+    "ServedListener",
     "TrainerCollector",
     "TrainerMetricState",
-    "escape_label_value",
 ]
 
 # Lifetime of a TrainJob, 1 minute to 7 days. Roughly doubling steps on the hour/day grid operators think
@@ -57,322 +61,29 @@ LIFETIME_BUCKETS: tuple[float, ...] = (
     60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 57600.0,
     86400.0, 172800.0, 345600.0, 604800.0,
 )  # fmt: skip
+# Time to running and admission wait, 1 second to 7 days: a job whose pods are up in seconds and one that
+# waits days for GPUs or its queue both land in a bucket of their own (Kueue's admission-wait buckets, and the
+# hour/day grid of the lifetimes above 1 h).
+STARTUP_BUCKETS: tuple[float, ...] = (
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0,
+    86400.0, 259200.0, 604800.0,
+)  # fmt: skip
 # Requested training nodes: 1, 2, 4 ... 1024.
 NODES_BUCKETS: tuple[float, ...] = tuple(float(2**i) for i in range(11))
 # Requested accelerators: 0 (CPU-only jobs are observed as 0 with class "none"), then 1, 2, 4 ... 4096.
 ACCELERATOR_BUCKETS: tuple[float, ...] = (0.0, *(float(2**i) for i in range(13)))
 
 RuntimeProvider = Callable[[], Iterable[RuntimeInfo]]
-LabelValues = tuple[str, ...]
+# One series: its family's name and its label values.
+SeriesRef = tuple[str, LabelValues]
+# Called after every served render: its time and the series whose hold it ended.
+ServedListener = Callable[[float, list[SeriesRef]], None]
 
 _PREFIX = "kubeflow_trainer_"
 
-# prometheus_client ships it untyped; pin its type once here for mypy --strict.
-floatToGoString: Callable[[float], str] = _untyped_float_to_go_string
-
-
-def escape_label_value(value: str) -> str:
-    r"""Escape a label value for the text formats: ``\`` → ``\\``, newline → ``\n``, ``"`` → ``\"``."""
-    # Same order as prometheus_client (backslash first, so the escapes added after are not doubled).
-    if "\\" in value or "\n" in value or '"' in value:
-        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-    return value
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", r"\\").replace("\n", r"\n")
-
-
-def _fmt_int(n: int) -> str:
-    # floatToGoString(float(n)) without the float round trip for the common case; from 1e6 on, Go (and
-    # so prometheus_client) switches to exponent notation ("1.234567e+06"), so defer to it there.
-    if 0 <= n < 1_000_000:
-        return f"{n}.0"
-    return floatToGoString(float(n))
-
-
-class _Block:
-    """A run of consecutive series of one family and their joined text.
-
-    Why blocks: joining tens of thousands of small chunks scattered over the heap is slow (cache and
-    TLB misses: ~5-10 ms for 7 MB measured, against ~1 ms from a few thousand contiguous blocks).
-    A change re-joins only the blocks it touched; a scrape joins the blocks."""
-
-    __slots__ = ("body", "chunks")
-
-    def __init__(self) -> None:
-        self.chunks: dict[LabelValues, bytes] = {}
-        self.body: bytes | None = None
-
-
-class _Family:
-    """One metric family: a rendered chunk per series, grouped in blocks, and the series to re-render."""
-
-    __slots__ = (
-        "_block_of",
-        "_block_series",
-        "_blocks",
-        "_dirty",
-        "_order",
-        "_prefixes",
-        "changed",
-        "documentation",
-        "header",
-        "label_names",
-        "name",
-        "om_header",
-    )
-
-    def __init__(
-        self, name: str, documentation: str, mtype: str, label_names: Sequence[str], *, block_series: int = 64
-    ) -> None:
-        self.name = name  # name on the HELP/TYPE lines of the text format (counters: with _total)
-        self.documentation = documentation
-        self.label_names = tuple(label_names)
-        self.header = f"# HELP {name} {_escape_help(documentation)}\n# TYPE {name} {mtype}\n".encode()
-        # OpenMetrics differs only in the family name of counters (no _total) and HELP escaping; the
-        # sample lines are the same, so both formats share the series chunks.
-        om_name = name.removesuffix("_total") if mtype == "counter" else name
-        om_help = _escape_help(documentation).replace('"', r"\"")
-        self.om_header = f"# HELP {om_name} {om_help}\n# TYPE {om_name} {mtype}\n".encode()
-        # The text format lists labels sorted by name; keys keep the declared order.
-        self._order = sorted(range(len(self.label_names)), key=lambda i: self.label_names[i])
-        # A new series always goes to the last block, and the state dicts of the subclasses insert
-        # and delete keys at the same moments, so blocks (in order) list series in the same order as
-        # the state dicts: the text and the Collector agree byte for byte.
-        self._block_series = block_series
-        self._blocks: list[_Block] = []
-        self._block_of: dict[LabelValues, _Block] = {}
-        self._dirty: set[LabelValues] = set()
-        self._prefixes: dict[LabelValues, bytes] = {}
-        self.changed = False  # anything changed since the last render (cleared by the owner)
-
-    def __len__(self) -> int:
-        return len(self._block_of)
-
-    def _add_series(self, key: LabelValues) -> None:
-        blocks = self._blocks
-        if not blocks or len(blocks[-1].chunks) >= self._block_series:
-            blocks.append(_Block())
-        block = blocks[-1]
-        block.chunks[key] = b""  # placeholder holding the key's position; rendered at the next scrape
-        self._block_of[key] = block
-
-    def _drop_series(self, key: LabelValues) -> None:
-        self._prefixes.pop(key, None)
-        block = self._block_of.pop(key)
-        del block.chunks[key]
-        block.body = None
-        if not block.chunks:
-            self._blocks.remove(block)  # O(blocks), only when a block empties
-        self._dirty.discard(key)
-        self.changed = True
-
-    def _clear(self) -> None:
-        self._blocks = []
-        self._block_of = {}
-        self._dirty = set()
-        self._prefixes = {}
-        self.changed = True
-
-    def _touch(self, key: LabelValues) -> None:
-        self._dirty.add(key)
-        self.changed = True
-
-    def _sorted_pairs(self, key: LabelValues) -> list[tuple[str, str]]:
-        names = self.label_names
-        return [(names[i], escape_label_value(key[i])) for i in self._order]
-
-    def _labelstr(self, key: LabelValues) -> str:
-        if not key:
-            return ""
-        return "{" + ",".join(f'{n}="{v}"' for n, v in self._sorted_pairs(key)) + "}"
-
-    def _prefix(self, key: LabelValues) -> bytes:
-        """``name{labels} `` of a single-sample series, escaped and sorted once per series: the hot
-        path re-renders only the value (two gauge series move on every TrainJob state change)."""
-        prefix = self._prefixes.get(key)
-        if prefix is None:
-            prefix = self._prefixes[key] = f"{self.name}{self._labelstr(key)} ".encode()
-        return prefix
-
-    def _render_series(self, key: LabelValues) -> bytes:
-        raise NotImplementedError
-
-    def metric(self) -> Metric:
-        """The family as a prometheus_client metric family, series in the same order as the text."""
-        raise NotImplementedError
-
-    def flush(self) -> None:
-        """Re-render the dirty series and re-join the blocks they are in."""
-        if not self._dirty:
-            return
-        block_of = self._block_of
-        render = self._render_series
-        blocks: dict[int, _Block] = {}
-        for key in self._dirty:
-            block = block_of[key]
-            block.chunks[key] = render(key)
-            blocks[id(block)] = block
-        self._dirty.clear()
-        for block in blocks.values():
-            block.body = b"".join(block.chunks.values())
-
-    def bodies(self) -> list[bytes]:
-        """The joined blocks, up to date. The caller puts the header before them."""
-        self.flush()
-        out = []
-        for block in self._blocks:
-            body = block.body
-            if body is None:  # a series was dropped from it
-                body = block.body = b"".join(block.chunks.values())
-            out.append(body)
-        return out
-
-
-class _CounterFamily(_Family):
-    __slots__ = ("base_name", "values")
-
-    def __init__(self, base_name: str, documentation: str, label_names: Sequence[str]) -> None:
-        super().__init__(base_name + "_total", documentation, "counter", label_names)
-        self.base_name = base_name  # the OpenMetrics family name has no _total
-        self.values: dict[LabelValues, int] = {}
-
-    def inc(self, key: LabelValues) -> None:
-        values = self.values
-        if key in values:
-            values[key] += 1
-        else:
-            values[key] = 1
-            self._add_series(key)
-        self._touch(key)
-
-    def _render_series(self, key: LabelValues) -> bytes:
-        return self._prefix(key) + _fmt_int(self.values[key]).encode() + b"\n"
-
-    def metric(self) -> Metric:
-        family = CounterMetricFamily(self.base_name, self.documentation, labels=self.label_names)
-        for key, value in self.values.items():
-            family.add_metric(key, value)
-        return family
-
-
-class _GaugeFamily(_Family):
-    __slots__ = ("values",)
-
-    def __init__(self, name: str, documentation: str, label_names: Sequence[str]) -> None:
-        super().__init__(name, documentation, "gauge", label_names)
-        self.values: dict[LabelValues, int] = {}
-
-    def set(self, key: LabelValues, value: int) -> None:
-        """Set a series; 0 removes it (a state with no TrainJobs has no series, as in kube-state-metrics)."""
-        values = self.values
-        if value == 0:
-            if key in values:
-                del values[key]
-                self._drop_series(key)
-            return
-        if key not in values:
-            self._add_series(key)
-        elif values[key] == value:
-            return  # unchanged: keep the cached body
-        values[key] = value
-        self._touch(key)
-
-    def replace_all(self, keys: Iterable[LabelValues]) -> None:
-        """Replace every series by ``keys`` with value 1 (runtime_info is re-read as a whole)."""
-        # Sorted so the inventory reads the same on every replica whatever order the snapshot has.
-        unique = sorted(set(keys))
-        if list(self.values) == unique:
-            return
-        self._clear()
-        self.values = dict.fromkeys(unique, 1)
-        for key in unique:
-            self._add_series(key)
-            self._touch(key)
-
-    def _render_series(self, key: LabelValues) -> bytes:
-        return self._prefix(key) + _fmt_int(self.values[key]).encode() + b"\n"
-
-    def metric(self) -> Metric:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=self.label_names)
-        for key, value in self.values.items():
-            family.add_metric(key, value)
-        return family
-
-
-class _HistogramFamily(_Family):
-    __slots__ = ("_le", "_templates", "bounds", "counts", "sums")
-
-    def __init__(
-        self, name: str, documentation: str, label_names: Sequence[str], bounds: Sequence[float]
-    ) -> None:
-        if "le" in label_names:
-            raise ValueError("a histogram cannot have a label named le")
-        if list(bounds) != sorted(set(bounds)):
-            raise ValueError("histogram bounds must be strictly increasing")
-        # ~2 KB per series: 8 series make blocks of the same ~16 KB as 64 counter series do.
-        super().__init__(name, documentation, "histogram", label_names, block_series=8)
-        self.bounds = tuple(float(b) for b in bounds)
-        self._le = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
-        # Per series: NON-cumulative counts per bucket (last = above the highest bound), and the sum.
-        self.counts: dict[LabelValues, list[int]] = {}
-        self.sums: dict[LabelValues, float] = {}
-        # Per series: the label parts of its lines, built once (escaping and sorting are most of the
-        # cost of rendering a series, and its labels never change).
-        self._templates: dict[LabelValues, tuple[str, str, str, str]] = {}
-
-    def observe(self, key: LabelValues, value: float) -> None:
-        counts = self.counts.get(key)
-        if counts is None:
-            counts = self.counts[key] = [0] * (len(self.bounds) + 1)
-            self.sums[key] = 0.0
-            self._add_series(key)
-        # bisect_left: the first bound >= value, so a value equal to a bound falls in that bound's
-        # bucket (le is inclusive, as in Prometheus).
-        counts[bisect_left(self.bounds, value)] += 1
-        self.sums[key] += value
-        self._touch(key)
-
-    def cumulative(self, key: LabelValues) -> list[int]:
-        return list(itertools.accumulate(self.counts[key]))
-
-    def _template(self, key: LabelValues) -> tuple[str, str, str, str]:
-        name = self.name
-        pairs = self._sorted_pairs(key)
-        # "le" takes its sorted place among the other label names, as prometheus_client prints it.
-        before = "".join(f'{n}="{v}",' for n, v in pairs if n < "le")
-        after = "".join(f',{n}="{v}"' for n, v in pairs if n > "le")
-        labels = self._labelstr(key)
-        bucket_head, bucket_tail = f'{name}_bucket{{{before}le="', f'"{after}}} '
-        return (bucket_head, bucket_tail, f"{name}_count{labels} ", f"{name}_sum{labels} ")
-
-    def _render_series(self, key: LabelValues) -> bytes:
-        template = self._templates.get(key)
-        if template is None:
-            template = self._templates[key] = self._template(key)
-        head, tail, count_head, sum_head = template
-        cumulative = self.cumulative(key)
-        total = cumulative[-1]
-        pairs = zip(self._le, cumulative, strict=True)
-        if total < 1_000_000:  # every cumulative count is <= total: the "N.0" fast path holds for all
-            lines = [f"{head}{le}{tail}{cum}.0\n" for le, cum in pairs]
-        else:
-            lines = [f"{head}{le}{tail}{_fmt_int(cum)}\n" for le, cum in pairs]
-        lines.append(f"{count_head}{_fmt_int(total)}\n")
-        lines.append(f"{sum_head}{floatToGoString(self.sums[key])}\n")
-        return "".join(lines).encode()
-
-    def metric(self) -> Metric:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.label_names)
-        for key in self.counts:
-            buckets = list(zip(self._le, map(float, self.cumulative(key)), strict=True))
-            family.add_metric(key, buckets, sum_value=self.sums[key])
-        return family
-
 
 class TrainerMetricState:
-    """State of the seven ``kubeflow_trainer_*`` metrics, with cached text rendering.
+    """State of the ``kubeflow_trainer_*`` metrics, with cached text rendering.
 
     Every replica keeps it warm (gauges and runtime inventory always; counters and histograms as the
     CountJournal applies events); the exposition layer exports it only while this replica leads.
@@ -380,69 +91,108 @@ class TrainerMetricState:
     directly.
     """
 
-    def __init__(self, runtime_provider: RuntimeProvider | None = None, *, flush_every: int = 32) -> None:
-        """``flush_every``: re-render touched series after this many changes (0: only at scrape).
-
-        Rendering only at scrape would batch all the work of a scrape interval (at 1k events/s over
-        15 s, every series) into the scrape; flushing every few dozen changes keeps each flush well
-        under a millisecond on the event loop and leaves a scrape only the final join.
-        A series touched again before its flush is still rendered once."""
-        if flush_every < 0:
-            raise ValueError("flush_every must be >= 0")
-        self._flush_every = flush_every
-        self._changes = 0
+    def __init__(
+        self,
+        runtime_provider: RuntimeProvider | None = None,
+        *,
+        flush_every: int = 32,
+        zero_hold: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        extra_families: Sequence[Family] = (),
+    ) -> None:
+        """``flush_every``: see :class:`app.metrics.series.SeriesCache`. ``zero_hold``: seconds a new
+        counter or histogram series is served as zeros (born at zero); None: no hold, every render
+        shows the real values (tests, benchmarks). ``extra_families``: gauge families kept by someone
+        else (the opt-in per-TrainJob series, app/metrics/per_job.py), exported after these, by the leader
+        only like these; their owner calls ``extra_changed`` after changing them."""
+        if zero_hold is not None and not (math.isfinite(zero_hold) and zero_hold >= 0):
+            raise ValueError("zero_hold must be a finite number >= 0")
         self._runtime_provider = runtime_provider
         self._runtimes_stale = runtime_provider is not None
-        self.runtime_info = _GaugeFamily(
+        self.runtime_info = GaugeFamily(
             _PREFIX + "runtime_info",
             "Information about a TrainingRuntime or ClusterTrainingRuntime (always 1).",
             ("namespace", "name", "api_group", "kind", "ml_policy", "pod_group_policy", "framework"),
         )
-        self.created = _CounterFamily(
+        self.created = CounterFamily(
             _PREFIX + "trainjob_created",
             "TrainJobs created (first seen after the informer's initial list).",
             ("namespace", "runtime_ref"),
         )
-        self.finished = _CounterFamily(
+        self.finished = CounterFamily(
             _PREFIX + "trainjob_finished",
             "TrainJobs that reached a terminal state (once per TrainJob uid).",
             ("result", "reason", "runtime_ref"),
         )
-        self.lifetime = _HistogramFamily(
+        self.lifetime = HistogramFamily(
             _PREFIX + "trainjob_lifetime_seconds",
             "Time from a TrainJob's creation to its terminal condition, in seconds.",
             ("result", "runtime_ref"),
             LIFETIME_BUCKETS,
         )
-        self.requested_nodes = _HistogramFamily(
+        self.requested_nodes = HistogramFamily(
             _PREFIX + "trainjob_requested_training_nodes_per_job",
             "Training nodes requested per TrainJob, observed when it is created.",
             ("runtime_ref",),
             NODES_BUCKETS,
         )
-        self.requested_accelerators = _HistogramFamily(
+        self.requested_accelerators = HistogramFamily(
             _PREFIX + "trainjob_requested_accelerators",
             "Accelerators requested per TrainJob (per-node request times nodes), observed at creation.",
             ("accelerator_class", "runtime_ref"),
             ACCELERATOR_BUCKETS,
         )
-        self.trainjobs = _GaugeFamily(
+        self.startup = HistogramFamily(
+            _PREFIX + "trainjob_startup_seconds",
+            "Time from a TrainJob's creation to the first time it was seen running (a child Job ready), "
+            "in seconds.",
+            ("runtime_ref",),
+            STARTUP_BUCKETS,
+        )
+        self.admission_wait = HistogramFamily(
+            _PREFIX + "trainjob_admission_wait_seconds",
+            "Time from a TrainJob's creation to its admission (Suspended condition False, reason Resumed), "
+            "for jobs held suspended before they ever ran, in seconds.",
+            ("runtime_ref",),
+            STARTUP_BUCKETS,
+        )
+        self.trainjobs = GaugeFamily(
             _PREFIX + "trainjobs",
             "Current TrainJobs by namespace, runtime and state.",
             ("namespace", "runtime_ref", "state"),
         )
-        # Order of the families in the exposition; fixed, so the output is stable.
-        self._families: tuple[_Family, ...] = (
-            self.runtime_info,
+        self._series = SeriesCache(
+            (
+                self.runtime_info,
+                self.created,
+                self.finished,
+                self.lifetime,
+                self.requested_nodes,
+                self.requested_accelerators,
+                self.startup,
+                self.admission_wait,
+                self.trainjobs,
+                *extra_families,
+            ),
+            flush_every=flush_every,
+        )
+        self._zero_hold = zero_hold
+        self._clock = clock
+        # The families whose series are born at zero: every counter and histogram (a new one must be
+        # added here too; tests/metrics/test_born_at_zero.py checks that none is missing).
+        self._counting: tuple[CounterFamily | HistogramFamily, ...] = (
             self.created,
             self.finished,
             self.lifetime,
             self.requested_nodes,
             self.requested_accelerators,
-            self.trainjobs,
+            self.startup,
+            self.admission_wait,
         )
-        self._text: bytes | None = None
-        self._openmetrics: bytes | None = None
+        if zero_hold is not None:
+            for family in self._counting:
+                family.enable_hold()
+        self._served_listeners: list[ServedListener] = []
 
     # --- TrainerSink -------------------------------------------------------------------------------
 
@@ -450,29 +200,37 @@ class TrainerMetricState:
         """Count an event now (the CountJournal calls this only while leading)."""
         if isinstance(event, JobCreated):
             self.count_created(event)
-        else:
+        elif isinstance(event, JobFinished):
             self.count_finished(event)
+        elif isinstance(event, JobStarted):
+            self.count_started(event)
+        else:
+            self.count_admitted(event)
 
     def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
         self.trainjobs.set(key, value)
         if self.trainjobs.changed:
-            self._invalidate()
-            self._changed()
+            self._series.changed()
 
     def on_runtimes_changed(self) -> None:
         # Re-read lazily at the next scrape: a burst of runtime events costs one snapshot read.
         self._runtimes_stale = True
-        self._invalidate()
+        self._series.invalidate()
 
     # --- counting ----------------------------------------------------------------------------------
 
     def count_created(self, event: JobCreated) -> None:
         ref = event.runtime_ref
         self.created.inc((event.namespace, ref))
-        self.requested_nodes.observe((ref,), event.requested_nodes)
-        self.requested_accelerators.observe((event.accelerator_class, ref), event.requested_accelerators)
-        self._invalidate()
-        self._changed()
+        # A request above the ceilings (app/trainer/rules.py requests_within_ceilings) is not observed:
+        # one absurd job would otherwise dominate the histograms' sums for ever.
+        if event.nodes_observed:
+            self.requested_nodes.observe((ref,), event.requested_nodes)
+        if event.accelerators_observed:
+            # One observation per accelerator class the job requests (upstream observes each class).
+            for accelerator_class, count in event.accelerators:
+                self.requested_accelerators.observe((accelerator_class, ref), count)
+        self._series.changed()
 
     def count_finished(self, event: JobFinished) -> None:
         ref = event.runtime_ref
@@ -482,27 +240,113 @@ class TrainerMetricState:
         # between creation and the condition can make a lifetime slightly negative: count it as 0.
         if lifetime is not None and math.isfinite(lifetime):
             self.lifetime.observe((event.result, ref), max(lifetime, 0.0))
-        self._invalidate()
-        self._changed()
+        self._series.changed()
+
+    def count_started(self, event: JobStarted) -> None:
+        self._observe_duration(self.startup, event.runtime_ref, event.startup_seconds)
+
+    def count_admitted(self, event: JobAdmitted) -> None:
+        self._observe_duration(self.admission_wait, event.runtime_ref, event.wait_seconds)
+
+    def _observe_duration(self, family: HistogramFamily, runtime_ref: str, seconds: float) -> None:
+        # As for lifetimes: never a NaN or infinity into a sum, and clock skew counts as 0.
+        if math.isfinite(seconds):
+            family.observe((runtime_ref,), max(seconds, 0.0))
+            self._series.changed()
+
+    def extra_changed(self) -> None:
+        """An ``extra_families`` series changed (as ``on_jobs_gauge`` does for the Trainer gauge)."""
+        self._series.changed()
+
+    def reset_counts(self) -> None:
+        """Drop every counter and histogram series: a new leader term counts from zero. Gauges stay."""
+        for family in self._counting:
+            family.clear()
+        self._series.invalidate()
+
+    # --- born at zero ------------------------------------------------------------------------------
+
+    @property
+    def zero_hold(self) -> float | None:
+        return self._zero_hold
+
+    def add_served_listener(self, listener: ServedListener) -> None:
+        self._served_listeners.append(listener)
+
+    def held_series_of(self, event: CountableEvent) -> SeriesRef | None:
+        """A series ``event`` incremented that is still shown as zeros, or None: a served render shows
+        the event's increments now (all its series are out of their hold)."""
+        if isinstance(event, JobCreated):
+            ref = event.runtime_ref
+            candidates: tuple[tuple[Family, LabelValues], ...] = (
+                (self.created, (event.namespace, ref)),
+                *(((self.requested_nodes, (ref,)),) if event.nodes_observed else ()),
+                *(
+                    (self.requested_accelerators, (cls, ref))
+                    for cls, _ in (event.accelerators if event.accelerators_observed else ())
+                ),
+            )
+        elif isinstance(event, JobFinished):
+            candidates = (
+                (self.finished, (event.result, event.reason, event.runtime_ref)),
+                (self.lifetime, (event.result, event.runtime_ref)),
+            )
+        elif isinstance(event, JobStarted):
+            candidates = ((self.startup, (event.runtime_ref,)),)
+        else:
+            candidates = ((self.admission_wait, (event.runtime_ref,)),)
+        for family, key in candidates:
+            if family.held(key):
+                return family.name, key
+        return None
+
+    @property
+    def held_series(self) -> int:
+        """Series currently shown as zeros."""
+        return sum(family.held_count for family in self._counting)
+
+    def _serve(self) -> tuple[float, list[SeriesRef]]:
+        """Before a served render: end and start holds (O(series whose hold ends or starts))."""
+        hold = self._zero_hold
+        now = self._clock()
+        released: list[SeriesRef] = []
+        if hold is not None:
+            for family in self._counting:
+                released.extend((family.name, key) for key in family.serve(now, hold))
+            if released:
+                self._series.invalidate()
+        return now, released
+
+    def _served(self, now: float, released: list[SeriesRef]) -> None:
+        """After a served render: tell the listeners (the body they are told about is the one built)."""
+        for listener in self._served_listeners:
+            listener(now, released)
 
     # --- rendering ---------------------------------------------------------------------------------
+
+    @property
+    def families(self) -> tuple[Family, ...]:
+        """The families, in exposition order."""
+        return self._series.families
 
     @property
     def series_count(self) -> int:
         """Number of series (label sets) currently held, all families together."""
         self._refresh_runtimes()
-        return sum(len(f) for f in self._families)
+        return self._series.series_count
 
     def render_text(self) -> bytes:
-        """All seven families in the Prometheus text format 0.0.4, from the per-series cache."""
+        """All families in the Prometheus text format 0.0.4, from the per-series cache.
+
+        A served render (a scrape): it moves the zero holds on (see the module docstring)."""
         self._refresh_runtimes()
-        text = self._text
-        if text is None:
-            text = self._text = self._join(openmetrics=False)
-        return text
+        served = self._serve()
+        body = self._series.text()
+        self._served(*served)
+        return body
 
     def render_openmetrics(self) -> bytes:
-        """All seven families in OpenMetrics 1.0, WITHOUT the final ``# EOF`` line.
+        """All families in OpenMetrics 1.0, WITHOUT the final ``# EOF`` line.
 
         The exposition layer concatenates this with the self-telemetry and ends the whole body with
         one ``# EOF``. As fast as the text format: Prometheus prefers OpenMetrics in its default
@@ -510,43 +354,18 @@ class TrainerMetricState:
         prometheus_client's OpenMetrics exposition of :class:`TrainerCollector`.
         """
         self._refresh_runtimes()
-        body = self._openmetrics
-        if body is None:
-            body = self._openmetrics = self._join(openmetrics=True)
+        served = self._serve()
+        body = self._series.openmetrics()
+        self._served(*served)
         return body
 
     def collector(self) -> TrainerCollector:
         return TrainerCollector(self)
 
     def metrics(self) -> Iterator[Metric]:
-        """The seven families as prometheus_client metric families (for the Collector)."""
+        """The families as prometheus_client metric families (for the Collector)."""
         self._refresh_runtimes()
-        for family in self._families:
-            yield family.metric()
-
-    # --- internals ---------------------------------------------------------------------------------
-
-    def _join(self, *, openmetrics: bool) -> bytes:
-        # One join over every header and block: unchanged blocks are not copied twice.
-        parts: list[bytes] = []
-        for family in self._families:
-            parts.append(family.om_header if openmetrics else family.header)
-            parts.extend(family.bodies())
-            family.changed = False
-        return b"".join(parts)
-
-    def _invalidate(self) -> None:
-        self._text = None
-        self._openmetrics = None
-
-    def _changed(self) -> None:
-        if not self._flush_every:
-            return
-        self._changes += 1
-        if self._changes >= self._flush_every:
-            self._changes = 0
-            for family in self._families:
-                family.flush()
+        return self._series.metrics()
 
     def _refresh_runtimes(self) -> None:
         if not self._runtimes_stale or self._runtime_provider is None:
@@ -557,7 +376,7 @@ class TrainerMetricState:
             for r in self._runtime_provider()
         )
         if self.runtime_info.changed:
-            self._invalidate()
+            self._series.invalidate()
 
 
 class TrainerCollector:

@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--history-window", type=int, default=10_000)
     p.add_argument("--bookmark-interval", type=float, default=60.0)
+    p.add_argument(
+        "--namespace", action="append", default=[], help="create this namespace at start (repeatable)"
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -50,6 +53,8 @@ async def serve(args: argparse.Namespace) -> None:
         history_window=args.history_window,
         bookmark_interval=args.bookmark_interval,
         token=args.token,
+        auto_namespaces=False,  # a standalone cluster answers any client as a real one: 404 for those
+        namespaces=tuple(args.namespace),
     ) as sim:
         generator = _generator(sim, args)
         if generator is not None:

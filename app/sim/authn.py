@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from app.sim.store import FieldError, StoreError, bad_request, invalid, status_body
+from app.sim.status import FieldError, StoreError, bad_request, invalid, status_body
 
 TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 SUBJECT_ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

@@ -9,14 +9,18 @@ from typing import Self
 
 from aiohttp import web
 
-from app.kube.resources import CLUSTER_TRAINING_RUNTIMES
 from app.sim import crds
+from app.sim.core import NAMESPACES
 from app.sim.faults import Faults
 from app.sim.kubeconfig import write_kubeconfig
 from app.sim.server import SimServer
 from app.sim.store import Store
+from app.sim.validation import WriteOptions
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES
 
 log = logging.getLogger(__name__)
+# The upstream manifests are applied as kubectl would: validated.
+MANIFESTS = WriteOptions(validate=True, field_validation="Strict", require_namespace=False)
 
 
 class SimulatedCluster:
@@ -33,10 +37,18 @@ class SimulatedCluster:
         store: Store | None = None,
         watch_queue_size: int = 10_000,
         too_large_wait: float = 0.2,
-        watchlist_defaulting: bool = True,
+        watchlist_defaulting: bool = False,
         rv0_ignores_limit: bool = False,
         snapshot_ttl: float = 300.0,
+        auto_namespaces: bool = True,
+        namespaces: tuple[str, ...] = (),
     ) -> None:
+        """``auto_namespaces``: HTTP writes into a missing namespace create it (for tests of clients that
+        assume their namespace exists); False answers 404 like a real apiserver. ``namespaces``: created
+        up front, besides the system ones (default, kube-system, kube-public, kube-node-lease).
+        ``watchlist_defaulting``: a legacy watch (resourceVersion ""/"0", no sendInitialEvents) also ends
+        its initial events with the k8s.io/initial-events-end bookmark; upstream sends it only when
+        sendInitialEvents=true was asked for, so the default is False."""
         self.host = host
         self.port = port
         self.store = (
@@ -53,7 +65,11 @@ class SimulatedCluster:
             too_large_wait=too_large_wait,
             watchlist_defaulting=watchlist_defaulting,
             rv0_ignores_limit=rv0_ignores_limit,
+            auto_namespaces=auto_namespaces,
         )
+        for name in namespaces:
+            if not self.store.has_namespace(name):
+                self.store.create(NAMESPACES, None, {"metadata": {"name": name}}, field_manager="kubectl")
         self._load_runtimes = load_runtimes
         self._runner: web.AppRunner | None = None
 
@@ -113,6 +129,6 @@ def load_cluster_training_runtimes(store: Store) -> int:
     existing = {e.key[1] for e in store.entries(CLUSTER_TRAINING_RUNTIMES, None)}
     for obj in crds.cluster_training_runtimes():
         if obj["metadata"]["name"] not in existing:
-            store.create(CLUSTER_TRAINING_RUNTIMES, None, obj, field_manager="kubectl")
+            store.create(CLUSTER_TRAINING_RUNTIMES, None, obj, field_manager="kubectl", opts=MANIFESTS)
             created += 1
     return created

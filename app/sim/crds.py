@@ -111,6 +111,11 @@ class CrdInfo:
     namespaced: bool
     status_subresource: bool
     defaults: DefaultNode | None
+    schema: dict[str, Any] = field(default_factory=dict)  # openAPIV3Schema
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    printer_columns: tuple[dict[str, Any], ...] = ()  # additionalPrinterColumns
 
 
 def _crd_info(crd: dict[str, Any]) -> list[CrdInfo]:
@@ -129,6 +134,11 @@ def _crd_info(crd: dict[str, Any]) -> list[CrdInfo]:
                 namespaced=spec.get("scope") == "Namespaced",
                 status_subresource="status" in (version.get("subresources") or {}),
                 defaults=_compile(schema),
+                schema=schema,
+                singular=names.get("singular") or names["kind"].lower(),
+                short_names=tuple(names.get("shortNames") or ()),
+                categories=tuple(names.get("categories") or ()),
+                printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             )
         )
     return infos

@@ -15,7 +15,8 @@ from typing import Protocol
 import orjson
 
 from app.kube.resources import ResourceKind
-from app.sim.store import Store, status_body
+from app.sim.status import status_body
+from app.sim.store import Store
 
 # The apiserver's max-inflight / APF rejection: net/http's http.Error, so text/plain and a trailing newline.
 TOO_MANY_REQUESTS_BODY = b"Too many requests, please try again later.\n"

@@ -1,6 +1,6 @@
 """Workload generator for the simulated cluster: creates runtimes and TrainJobs in a Store and drives the
 TrainJobs through suspend, admission, running, completion, failure and deletion with the status writes
-the Trainer controller makes (trainer-domain.md §1-§2), while keeping an independent ground truth
+the Trainer controller makes (docs/design/trainer-domain.md §1-§2), while keeping an independent ground truth
 (``app/sim/truth.py``) of what the exporter's metrics should report.
 
 Everything random comes from one ``random.Random(seed)``, so a seed replays the same sequence of writes
@@ -21,17 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from app.kube.resources import (
-    CLUSTER_TRAINING_RUNTIMES,
-    TRAINER_GROUP,
-    TRAINING_RUNTIMES,
-    TRAINJOBS,
-    ResourceKind,
-)
+from app.kube.resources import ResourceKind
 from app.sim import shapes
 from app.sim.shapes import JobShape, RuntimeChoice, WeightedPicker
-from app.sim.store import Store, StoreError
+from app.sim.status import StoreError
+from app.sim.store import Store
 from app.sim.truth import Truth, TruthSnapshot, parse_time
+from app.sim.validation import WriteOptions
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINER_GROUP, TRAINING_RUNTIMES, TRAINJOBS
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +46,9 @@ COOLING: Final = "cooling"
 COMPLETE: Final = "Complete"
 COMPLETE_AND_FAILED: Final = "CompleteAndFailed"  # both True on one write: Failed must win
 NOT_SUPPORTED: Final = "TrainingRuntimeNotSupported"
-# Terminal outcomes of a running job: mostly success, the real failure reasons, rarely an unknown
-# reason (bucket "other") and rarely Complete and Failed both True.
+# Terminal outcomes of a running job: mostly success, the real failure reasons, rarely a reason upstream
+# does not list (well-formed ones keep their name, the others count as "other": shapes.FAILURE_MESSAGES)
+# and rarely Complete and Failed both True.
 OUTCOMES: Final = (
     (COMPLETE, 70.0),
     ("FailedJobs", 12.0),
@@ -58,13 +56,23 @@ OUTCOMES: Final = (
     ("ReachedMaxRestarts", 5.0),
     ("FailJobSetFailurePolicyAction", 3.0),
     ("PodFailurePolicyRuleMatched", 1.0),
+    ("InPlaceRestartBudgetExhausted", 0.5),
+    ("evicted_by_descheduler", 0.5),
+    ("Preempted:HigherPriority", 0.5),
+    ("FailedJobsBecauseTheNodePoolWasScaledDownWhileTheTrainerPodsWereStillRunning", 0.5),
     (COMPLETE_AND_FAILED, 2.0),
 )
+# Share of start() writes whose child Jobs are active but not ready: pods waiting for capacity (GPUs,
+# quota) or still starting. The job is pending until progress() reports its pods ready.
+WAITING_FOR_CAPACITY: Final = 0.5
 HUGE_ANNOTATION_BYTES: Final = 1_000_000
 MAX_HUGE_JOBS: Final = 4  # bound the memory adversarial mode can pin in the store
 LAST_RFC3339_SECOND: Final = 253_402_300_799.0  # 9999-12-31T23:59:59Z: a big time_warp stays parseable
 
 Action = tuple[str, float, Callable[[], object]]
+# The generator's writes are validated like a client's (schema, CEL rules, metadata; unknown fields refused),
+# so what it stores is what a real cluster would; its namespaces are created when first used.
+GENERATOR_WRITES: Final = WriteOptions(validate=True, field_validation="Strict", require_namespace=False)
 
 
 class StoreLike(Protocol):
@@ -111,6 +119,7 @@ class JobRecord:
     stage: int = 0  # 0 = initializers running (if the runtime has any), 1 = trainer running
     slot: int = -1  # index in its phase bucket
     finished_at: float = 0.0  # clock() of its first terminal write (for min_delete_age)
+    training: shapes.TrainingRun | None = None  # what its trainer reports (trainerStatus), once it runs
 
 
 class _Bucket:
@@ -176,7 +185,7 @@ class WorkloadGenerator:
         self.malformed_ratio = malformed_ratio
         self.time_warp = time_warp
         self.clock = clock
-        self.truth = Truth()
+        self.truth = Truth(clock=clock)
         self.runtimes: list[RuntimeChoice] = []
         self.jobs: dict[str, JobRecord] = {}  # uid -> live record
         self.buckets: dict[str, _Bucket] = {phase: _Bucket() for phase in (*PHASES, COOLING)}
@@ -203,6 +212,8 @@ class WorkloadGenerator:
         Runtimes that already exist are adopted. Returns the runtime_ref of every runtime known."""
         for doc in shapes.cluster_runtimes():
             self._add_runtime(CLUSTER_TRAINING_RUNTIMES, None, doc, weight=6.0)
+        for doc in shapes.plain_runtimes():  # no mlPolicy: parallelism nodes, resourcesPerNode ignored
+            self._add_runtime(CLUSTER_TRAINING_RUNTIMES, None, doc, weight=3.0)
         for namespace in self.namespaces:
             for doc in shapes.namespaced_runtimes(namespace):
                 self._add_runtime(TRAINING_RUNTIMES, namespace, doc, weight=4.0)
@@ -279,7 +290,7 @@ class WorkloadGenerator:
         if rec is None or target in (SUSPENDED, PENDING):
             return
         if target == RUNNING:
-            self.start(rec)
+            self.start(rec, warm=True)
         else:
             rec.stage = 1  # it ran: a failure shows failed trainer Jobs
             self.finish(rec, COMPLETE if target == COMPLETE else self._failures.pick(self.rng))
@@ -345,6 +356,7 @@ class WorkloadGenerator:
             ("admit", 2.0 * bool(count[SUSPENDED]), lambda: self.admit(pick(SUSPENDED))),
             ("start", 3.0 * bool(count[PENDING]), lambda: self.start(pick(PENDING))),
             ("progress", 1.5 * bool(count[RUNNING]), lambda: self.progress(pick(RUNNING))),
+            ("train", 3.0 * bool(count[RUNNING]), lambda: self.train(pick(RUNNING))),
             ("finish", 3.0 * bool(count[RUNNING]), lambda: self.finish(pick(RUNNING))),
             ("fail-pending", 0.2 * bool(count[PENDING]), lambda: self.finish(pick(PENDING))),
             ("preempt", 0.2 * bool(count[RUNNING]), lambda: self.preempt(pick(RUNNING))),
@@ -496,16 +508,20 @@ class WorkloadGenerator:
         rec.stage = 0
         self._write_status(rec, {"conditions": rec.conditions, "jobsStatus": jobs}, SUSPENDED)
 
-    def start(self, rec: JobRecord) -> None:
-        """Child Jobs become active: the initializers first when the runtime has them, else the trainer."""
+    def start(self, rec: JobRecord, *, warm: bool = False) -> None:
+        """Child Jobs become active: the initializers first when the runtime has them, else the trainer;
+        their pods are ready (the job runs) or, WAITING_FOR_CAPACITY of the time, still pending. A trainer
+        that runs reports its trainerStatus; ``warm``: it has trained for a while (populate())."""
         runtime = rec.runtime
         initializing = rec.stage == 0 and bool(runtime.initializers)
         rec.stage = 0 if initializing else 1
         active = runtime.initializers if initializing else runtime.trainers
-        jobs = shapes.jobs_status(runtime.replicated_jobs, active=active)
-        self._write_status(
-            rec, self._maybe_bend_status({"conditions": rec.conditions, "jobsStatus": jobs}), RUNNING
-        )
+        ready = self.rng.random() >= WAITING_FOR_CAPACITY
+        jobs = shapes.jobs_status(runtime.replicated_jobs, active=active, ready=ready)
+        status: dict[str, Any] = {"conditions": rec.conditions, "jobsStatus": jobs}
+        if ready and not initializing:
+            status["trainerStatus"] = self._trainer_status(rec, warm)
+        self._write_status(rec, self._maybe_bend_status(status), RUNNING)
 
     def progress(self, rec: JobRecord) -> None:
         """Child Jobs move on: the initializers finish and the trainer runs with its pods ready."""
@@ -514,9 +530,28 @@ class WorkloadGenerator:
         jobs = shapes.jobs_status(
             runtime.replicated_jobs, active=runtime.trainers, succeeded=runtime.initializers, ready=True
         )
-        self._write_status(
-            rec, self._maybe_bend_status({"conditions": rec.conditions, "jobsStatus": jobs}), RUNNING
-        )
+        status = {
+            "conditions": rec.conditions,
+            "jobsStatus": jobs,
+            "trainerStatus": self._trainer_status(rec),
+        }
+        self._write_status(rec, self._maybe_bend_status(status), RUNNING)
+
+    def train(self, rec: JobRecord) -> None:
+        """The trainer reports (status.trainerStatus, KEP-2779): progress ticks, loss goes down, the ETA
+        follows. A job whose trainer is not running yet gets there first (progress())."""
+        if rec.training is None:
+            self.progress(rec)
+            return
+        self._write_status(rec, {"trainerStatus": self._trainer_status(rec)}, RUNNING)
+
+    def _trainer_status(self, rec: JobRecord, warm: bool = False) -> dict[str, Any]:
+        """The next trainerStatus of ``rec``'s trainer (its first when it has not reported yet)."""
+        if rec.training is None:
+            rec.training = shapes.TrainingRun.begin(self.rng, self.clock(), warm=warm)
+        else:
+            rec.training.advance(self.rng)
+        return rec.training.status(self.clock())
 
     def finish(self, rec: JobRecord, outcome: str | None = None) -> None:
         """Terminal status write. ``outcome`` is "Complete", "CompleteAndFailed" or a Failed reason;
@@ -560,7 +595,7 @@ class WorkloadGenerator:
         """Delete; a job carrying our finalizer stays (deletionTimestamp set) until remove_finalizer()."""
         try:
             stored = (
-                self._direct.delete(TRAINJOBS, rec.namespace, rec.name, copy=False)
+                self._direct.delete(TRAINJOBS, rec.namespace, rec.name, copy=False, opts=GENERATOR_WRITES)
                 if self._direct is not None
                 else self.store.delete(TRAINJOBS, rec.namespace, rec.name)
             )
@@ -649,7 +684,7 @@ class WorkloadGenerator:
 
     def _create(self, resource: ResourceKind, namespace: str | None, obj: dict[str, Any]) -> dict[str, Any]:
         if self._direct is not None:
-            return self._direct.create(resource, namespace, obj, copy=False)
+            return self._direct.create(resource, namespace, obj, copy=False, opts=GENERATOR_WRITES)
         return self.store.create(resource, namespace, obj)
 
     def _get(self, resource: ResourceKind, namespace: str | None, name: str) -> dict[str, Any]:
@@ -660,7 +695,13 @@ class WorkloadGenerator:
     def _store_patch(self, rec: JobRecord, patch: dict[str, Any], subresource: str | None) -> dict[str, Any]:
         if self._direct is not None:
             return self._direct.patch(
-                TRAINJOBS, rec.namespace, rec.name, patch, subresource=subresource, copy=False
+                TRAINJOBS,
+                rec.namespace,
+                rec.name,
+                patch,
+                subresource=subresource,
+                copy=False,
+                opts=GENERATOR_WRITES,
             )
         if subresource is None:
             return self.store.patch(TRAINJOBS, rec.namespace, rec.name, patch)
@@ -713,7 +754,7 @@ class WorkloadGenerator:
         return shapes.rfc3339(min(rec.created_at + elapsed * self.time_warp, LAST_RFC3339_SECOND))
 
     # ------------------------------------------------------------------------------------------------
-    # Adversarial mode: odd but schema-valid objects (product.md §6 invariant 6)
+    # Adversarial mode: odd but schema-valid objects (docs/design/product.md §6 invariant 6)
     # ------------------------------------------------------------------------------------------------
     def _bend_shape(self, shape: JobShape, allow_huge: bool) -> None:
         roll = self.rng.random()

@@ -20,8 +20,8 @@ from typing import Any, Final, Generic, TypeVar
 
 import yaml
 
-from app.kube.resources import TRAINER_GROUP, TRAINER_VERSION
-from app.sim.truth import NO_ACCELERATOR, runtime_facts
+from app.sim.truth import runtime_facts
+from app.trainer.kinds import TRAINER_GROUP, TRAINER_VERSION
 
 DATA_DIR: Final = Path(__file__).resolve().parent / "data"
 RUNTIMES_DIR: Final = DATA_DIR / "manifests" / "base" / "runtimes"
@@ -46,8 +46,14 @@ FAILURE_MESSAGES: Final = {
     "ReachedMaxRestarts": "jobset failed due to reaching max number of restarts",
     "FailJobSetFailurePolicyAction": "jobset failed due to applying failure policy rule: FailJobSet",
     "TrainingRuntimeNotSupported": "Specified runtime is not supported",
-    # Not a Trainer or JobSet reason: exercises the "other" bucket.
+    # Not Trainer v2.3 or JobSet v0.12 reasons, as a newer release (or another controller) could write: the
+    # well-formed ones (CamelCase, <= 64 characters) are label values by name, the rest count as "other".
+    # All match the CRD's condition-reason pattern, so the API server stores them.
     "PodFailurePolicyRuleMatched": "pod failure policy rule matched on container node",
+    "InPlaceRestartBudgetExhausted": "jobset failed: in-place restart budget exhausted",
+    "evicted_by_descheduler": "pods evicted by the descheduler",
+    "Preempted:HigherPriority": "preempted by a higher-priority workload",
+    "FailedJobsBecauseTheNodePoolWasScaledDownWhileTheTrainerPodsWereStillRunning": "node pool scaled down",
 }
 
 NAMESPACE_NAMES: Final = ("default", "ml-research", "team-vision", "team-nlp", "kueue-tenant-a", "recsys")
@@ -202,6 +208,28 @@ def synthetic_runtime(index: int, namespace: str | None) -> dict[str, Any]:
     }
 
 
+def plain_runtimes() -> list[dict[str, Any]]:
+    """ClusterTrainingRuntimes without an mlPolicy ("plain ML"), the torch-distributed template otherwise:
+    the controller runs their trainer job's ``parallelism`` nodes (default 1) and does not merge a
+    TrainJob's resourcesPerNode into them. One asks for TPUs in its node container, one is CPU-only with
+    no parallelism set."""
+    torch = next(doc for doc in _cluster_runtime_docs() if doc["metadata"]["name"] == "torch-distributed")
+    docs = []
+    for name, parallelism, resources in (
+        ("sim-plain-tpu", 4, {"limits": {"google.com/tpu": 4}}),
+        ("sim-plain-cpu", None, {"requests": {"cpu": "2"}}),
+    ):
+        doc = copy.deepcopy(torch)
+        doc["metadata"] = {"name": name, "labels": {FRAMEWORK_LABEL: "plain"}}
+        del doc["spec"]["mlPolicy"]
+        job = doc["spec"]["template"]["spec"]["replicatedJobs"][0]
+        if parallelism is not None:
+            job["template"]["spec"]["parallelism"] = parallelism
+        job["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
+        docs.append(doc)
+    return docs
+
+
 def runtime_choice(runtime: dict[str, Any], weight: float) -> RuntimeChoice:
     meta = runtime.get("metadata") or {}
     jobs = ((runtime.get("spec") or {}).get("template") or {}).get("spec", {}).get("replicatedJobs") or []
@@ -214,7 +242,7 @@ def runtime_choice(runtime: dict[str, Any], weight: float) -> RuntimeChoice:
         replicated_jobs=names,
         initializers=tuple(name for name in names if name not in ("node", "launcher")),
         trainers=tuple(name for name in names if name in ("node", "launcher")) or ("node",),
-        has_gpu=runtime_facts(runtime).accelerator_class != NO_ACCELERATOR,
+        has_gpu=bool(runtime_facts(runtime).accelerators()),
         weight=weight,
     )
 
@@ -264,27 +292,45 @@ def num_nodes(rng: random.Random) -> int | None:
     return 1 + int(rng.random() * 16)
 
 
-def resources_per_node(rng: random.Random, runtime_has_gpu: bool) -> dict[str, Any] | None:
-    """None, CPU only, or GPUs (nvidia/amd) in requests+limits or limits only.
+# Accelerator requests beyond plain GPUs (docs/design/product.md §3): MIG slices, TPUs, Gaudi, Neuron, and
+# two classes on one node; plus a name that contains "gpu" but is not an accelerator by default.
+OTHER_ACCELERATORS: Final[tuple[dict[str, Any], ...]] = (
+    {"limits": {"nvidia.com/mig-1g.10gb": 2}},
+    {"requests": {"nvidia.com/mig-3g.40gb": "1", "cpu": "4"}, "limits": {"nvidia.com/mig-3g.40gb": "1"}},
+    {"limits": {"google.com/tpu": 4}},
+    {"requests": {"habana.ai/gaudi": "8", "memory": "128Gi"}, "limits": {"habana.ai/gaudi": "8"}},
+    {"limits": {"aws.amazon.com/neuron": 1, "aws.amazon.com/neuroncore": 2}},
+    {"limits": {"nvidia.com/gpu": 1, "nvidia.com/mig-2g.20gb": 2}},
+    {"limits": {"gpu.intel.com/i915": 1}},
+    {"requests": {"cpu": "2", "example.com/gpu-memory": "16"}},
+)
 
-    Never CPU-only for a runtime whose trainer asks for GPUs, nor CPU requests with GPU limits only: the
-    design leaves open whether those fall back to the runtime / to limits, and the truth must be unambiguous.
-    """
+
+def resources_per_node(rng: random.Random, runtime_has_gpu: bool) -> dict[str, Any] | None:
+    """None; CPU only (on a GPU runtime too: merged into the runtime's container, its GPUs stay); GPUs
+    (nvidia/amd) in requests+limits, limits only, or CPU requests with GPU limits; an explicit 0 GPUs (a
+    GPU runtime made CPU-only); or another accelerator shape (OTHER_ACCELERATORS)."""
     roll = rng.random()
-    if roll < 0.35:
+    if roll < 0.30:
         return None
     gpus: int | str = (1, 2, 4, 8)[int(rng.random() * 4)]
     if rng.random() < 0.5:
         gpus = str(gpus)
     gpu_name = "nvidia.com/gpu" if rng.random() < 0.8 else "amd.com/gpu"
-    if roll < 0.55 and not runtime_has_gpu:
+    if roll < 0.48:
         return {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}
-    if roll < 0.85:
+    if roll < 0.52 and runtime_has_gpu:
+        return {"requests": {"nvidia.com/gpu": 0}, "limits": {"nvidia.com/gpu": 0}}
+    if roll < 0.72:
         return {
             "requests": {"cpu": "8", "memory": "64Gi", gpu_name: gpus},
             "limits": {"memory": "64Gi", gpu_name: gpus},
         }
-    return {"limits": {gpu_name: gpus}}
+    if roll < 0.78:
+        return {"requests": {"cpu": "8"}, "limits": {gpu_name: gpus}}
+    if roll < 0.86:
+        return {"limits": {gpu_name: gpus}}
+    return copy.deepcopy(OTHER_ACCELERATORS[int(rng.random() * len(OTHER_ACCELERATORS))])
 
 
 @dataclass(slots=True)
@@ -341,7 +387,7 @@ def trainjob(shape: JobShape) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Status, as the Trainer controller writes it (trainer-domain.md §1-§2)
+# Status, as the Trainer controller writes it (docs/design/trainer-domain.md §1-§2)
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -396,3 +442,52 @@ def jobs_status(
         }
         for name in names
     ]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Trainer progress (status.trainerStatus, KEP-2779: alpha, feature gate TrainJobStatus)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TrainingRun:
+    """What a running trainer reports about itself: progress that ticks, a loss that goes down, an accuracy
+    that goes up, an ETA from the pace so far; plus a checkpoint path, a metric that is text, not a number."""
+
+    started_at: float  # clock() when it began reporting
+    progress: float  # percent
+    loss: float
+    accuracy: float
+    step: int
+
+    @classmethod
+    def begin(cls, rng: random.Random, now: float, *, warm: bool = False) -> TrainingRun:
+        """A run that starts now, or (``warm``) one that has been training for a while already."""
+        done = rng.random() * 80.0 if warm else 0.0
+        run = cls(now - done * 30.0, done, 2.0 + rng.random(), 0.1 + rng.random() * 0.2, int(done * 50))
+        run.loss *= 0.97 ** (done / 2)
+        return run
+
+    def advance(self, rng: random.Random) -> None:
+        gain = 2.0 + rng.random() * 10.0
+        self.progress = min(99.0, self.progress + gain)
+        self.loss *= 0.88 + rng.random() * 0.1
+        self.accuracy = min(0.99, self.accuracy + (1.0 - self.accuracy) * rng.random() * 0.2)
+        self.step += int(gain * 50)
+
+    def status(self, now: float) -> dict[str, Any]:
+        percent = int(self.progress)
+        status: dict[str, Any] = {
+            "progressPercentage": percent,
+            "lastUpdatedTime": rfc3339(now),
+            "metrics": [
+                {"name": "loss", "value": f"{self.loss:.4f}"},
+                {"name": "eval_accuracy", "value": f"{self.accuracy:.4f}"},
+                {"name": "learning_rate", "value": "3e-05"},
+                {"name": "checkpoint", "value": f"s3://checkpoints/step-{self.step}"},
+            ],
+        }
+        if percent > 0:
+            elapsed = max(now - self.started_at, 1.0)
+            status["estimatedRemainingSeconds"] = int(elapsed * (100 - percent) / percent)
+        return status

@@ -1,380 +1,77 @@
 """In-memory object store of the simulated cluster: etcd + registry semantics, synchronous.
 
-One global revision counter for every kind (etcd mod-revision), a bounded event history for watch resume,
-list snapshots pinned to a revision for `continue` tokens. Stored objects are immutable once written (a write
-replaces the entry), so their serialized bytes are computed once and shared by LIST pages and every watcher.
+One global revision counter for every kind (etcd mod-revision, docs/design/k8s-protocol.md §0); reads,
+paged LISTs pinned to a revision, and the writes with their registry rules (§3): optimistic concurrency,
+status subresource, generation, finalizers, managedFields, no-op writes, create-on-update of Leases (§4).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
-import os
-import re
-import secrets
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import orjson
 
-from app.kube.resources import (
-    CLUSTER_TRAINING_RUNTIMES,
-    LEASES,
-    TRAINING_RUNTIMES,
-    TRAINJOBS,
-    ResourceKind,
+from app.kube.resources import LEASES, ResourceKind
+from app.sim.apply import apply_config
+from app.sim.core import EVENTS, NAME_LABEL, NAMESPACE_FINALIZER, NAMESPACES, SYSTEM_NAMESPACES
+from app.sim.managed_fields import SCHEMALESS, record_update
+from app.sim.paging import (
+    INCONSISTENT_RV,
+    ListPage,
+    ListSnapshots,
+    continue_expired,
+    decode_continue,
+    encode_continue,
 )
-from app.sim import crds
-
-Key = tuple[str, str]  # (namespace or "", name): the etcd key order
-EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-Obj = dict[str, Any]
-
-DEFAULT_RESOURCES = (TRAINJOBS, TRAINING_RUNTIMES, CLUSTER_TRAINING_RUNTIMES, LEASES)
-
-# Metadata a client may set; everything else in metadata is owned by the server.
-_USER_METADATA = (
-    "name",
-    "generateName",
-    "namespace",
-    "labels",
-    "annotations",
-    "finalizers",
-    "ownerReferences",
+from app.sim.patch import MERGING, apply_patch
+from app.sim.schema import Node
+from app.sim.status import (
+    FieldError,
+    StoreError,
+    already_exists,
+    bad_request,
+    conflict,
+    invalid,
+    not_found,
+    precondition_failed,
+    resource_not_found,
+    too_large_rv,
 )
-_NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphabet
+from app.sim.strategy import (
+    FROM_BODY,
+    ResourceSchema,
+    assemble,
+    check_namespace,
+    create_metadata,
+    generated_name,
+    now_rfc3339,
+    own,
+    resource_schemas,
+    same_content,
+    spec_changed,
+    update_metadata,
+)
+from app.sim.table import Entries, Entry, Events, EventType, History, Key, Obj, Predicate, Table, WatchEvent
+from app.sim.validation import KindValidator, WriteOptions, serializable
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+
+DEFAULT_RESOURCES = (TRAINJOBS, TRAINING_RUNTIMES, CLUSTER_TRAINING_RUNTIMES, LEASES, NAMESPACES, EVENTS)
+# What Python callers get when they pass no WriteOptions: no validation, and a missing namespace is created
+# (tests, the generator and benchmarks seed the cluster as an administrator would).
+TRUSTED: Final = WriteOptions(validate=False, require_namespace=False)
 
-
-# ---------------------------------------------------------------------------------------------- Status
-
-
-def status_body(
-    code: int,
-    reason: str,
-    message: str,
-    details: dict[str, Any] | None = None,
-    *,
-    metadata: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A metav1.Status in the exact key order and shape the apiserver writes."""
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": metadata or {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-    }
-    if details is not None:
-        body["details"] = details
-    body["code"] = code
-    return body
-
-
-class StoreError(Exception):
-    """A Kubernetes API error: ``code`` (HTTP status) and ``status`` (the exact Status JSON body)."""
-
-    def __init__(self, code: int, status: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        super().__init__(status.get("message", ""))
-        self.code = code
-        self.status = status
-        self.headers = headers or {}
-
-    @classmethod
-    def make(cls, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> StoreError:
-        return cls(code, status_body(code, reason, message, details))
-
-
-def qualified(resource: ResourceKind) -> str:
-    return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
-
-
-def not_found(resource: ResourceKind, name: str) -> StoreError:
-    return StoreError.make(
-        404,
-        "NotFound",
-        f'{qualified(resource)} "{name}" not found',
-        {"name": name, "group": resource.group, "kind": resource.plural},
-    )
-
-
-def already_exists(resource: ResourceKind, name: str) -> StoreError:
-    return StoreError.make(
-        409,
-        "AlreadyExists",
-        f'{qualified(resource)} "{name}" already exists',
-        {"name": name, "group": resource.group, "kind": resource.plural},
-    )
-
-
-def conflict(resource: ResourceKind, name: str, why: str | None = None) -> StoreError:
-    why = why or "the object has been modified; please apply your changes to the latest version and try again"
-    return StoreError.make(
-        409,
-        "Conflict",
-        f'Operation cannot be fulfilled on {qualified(resource)} "{name}": {why}',
-        {"name": name, "group": resource.group, "kind": resource.plural},
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    field: str
-    type: Literal["Invalid", "Required", "Forbidden", "NotSupported"]
-    detail: str
-    value: str | None = None  # already formatted as Go's %#v would print it
-
-    _REASONS = {
-        "Invalid": ("FieldValueInvalid", "Invalid value"),
-        "Required": ("FieldValueRequired", "Required value"),
-        "Forbidden": ("FieldValueForbidden", "Forbidden"),
-        "NotSupported": ("FieldValueNotSupported", "Unsupported value"),
-    }
-
-    def message(self) -> str:
-        label = self._REASONS[self.type][1]
-        if self.value is not None:
-            return f"{label}: {self.value}: {self.detail}"
-        return f"{label}: {self.detail}"
-
-    def cause(self) -> dict[str, str]:
-        return {"reason": self._REASONS[self.type][0], "message": self.message(), "field": self.field}
-
-
-def invalid(kind: str, group: str, name: str, errors: list[FieldError]) -> StoreError:
-    """422 Invalid; like apimachinery's NewInvalid: one error inline, several in [..]."""
-    parts = [f"{e.field}: {e.message()}" for e in errors]
-    joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-    qualified_kind = f"{kind}.{group}" if group else kind
-    details: dict[str, Any] = {
-        "name": name,
-        "group": group,
-        "kind": kind,
-        "causes": [e.cause() for e in errors],
-    }
-    if not name:
-        del details["name"]
-    return StoreError.make(422, "Invalid", f'{qualified_kind} "{name}" is invalid: {joined}', details)
-
-
-def bad_request(message: str) -> StoreError:
-    return StoreError.make(400, "BadRequest", message)
-
-
-def expired(message: str, continue_token: str | None = None) -> StoreError:
-    meta = {"continue": continue_token} if continue_token else None
-    return StoreError(410, status_body(410, "Expired", message, metadata=meta))
-
-
-# ---------------------------------------------------------------------------------------------- time
-
-
-_last_second: list[Any] = [-1, ""]  # (epoch second, its RFC 3339 text): writes come thousands a second
-
-
-def now_rfc3339() -> str:
-    second = int(time.time())
-    cached = _last_second
-    if cached[0] != second:
-        cached[1] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
-        cached[0] = second
-    text: str = cached[1]
-    return text
-
-
-def now_micro() -> str:
-    """metav1.MicroTime: always exactly six fractional digits (isoformat() drops them at .000000)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-# ---------------------------------------------------------------------------------------------- entries
-
-
-class Entry:
-    """One stored object version. ``obj`` is never mutated after creation; ``raw`` is its JSON, made once."""
-
-    __slots__ = ("_raw", "key", "obj", "rv")
-
-    def __init__(self, key: Key, obj: Obj, rv: int) -> None:
-        self.key = key
-        self.obj = obj
-        self.rv = rv
-        self._raw: bytes | None = None
-
-    @property
-    def raw(self) -> bytes:
-        raw = self._raw
-        if raw is None:
-            raw = self._raw = orjson.dumps(self.obj)
-        return raw
-
-    def copy(self) -> Obj:
-        # A JSON round trip is faster than copy.deepcopy and primes the shared serialization.
-        result: Obj = orjson.loads(self.raw)
-        return result
-
-    @property
-    def labels(self) -> dict[str, str]:
-        labels: dict[str, str] = self.obj["metadata"].get("labels") or {}
-        return labels
-
-
-class WatchEvent:
-    """A committed change. ``line`` (the NDJSON watch line) is serialized once and shared by every watcher."""
-
-    __slots__ = ("_line", "entry", "prev", "resource", "rv", "type")
-
-    def __init__(self, type_: EventType, resource: ResourceKind, entry: Entry, prev: Entry | None) -> None:
-        self.type = type_
-        self.resource = resource
-        self.entry = entry
-        self.prev = prev
-        self.rv = entry.rv
-        self._line: bytes | None = None
-
-    @property
-    def line(self) -> bytes:
-        line = self._line
-        if line is None:
-            line = self._line = event_line(self.type, self.entry.raw)
-        return line
-
-
-def event_line(type_: str, raw_object: bytes) -> bytes:
-    return b'{"type":"' + type_.encode() + b'","object":' + raw_object + b"}\n"
-
-
-class _Table:
-    """Objects of one kind. LIST pages and namespace ranges are bisections over the keys in sorted order.
-
-    New keys are not inserted into the sorted lists at once (a list insert moves half the list: at 100k
-    objects that was most of the cost of a create); they wait in ``_new`` and are merged on the next read
-    that needs the order (Timsort merges the two sorted runs in linear time). Updates of a key already in
-    order replace its row in place; while a merge is pending, only ``index`` is updated and the rows are
-    rebuilt from it."""
-
-    __slots__ = ("_keys", "_new", "_rows", "index")
-
-    def __init__(self) -> None:
-        self._keys: list[Key] = []
-        self._rows: list[Entry] = []
-        self._new: dict[Key, None] = {}  # keys in index but not yet in _keys
-        self.index: dict[Key, Entry] = {}
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def put(self, entry: Entry) -> None:
-        key = entry.key
-        index = self.index
-        if key not in index:
-            self._new[key] = None
-        elif not self._new:
-            self._rows[bisect.bisect_left(self._keys, key)] = entry
-        index[key] = entry
-
-    def remove(self, key: Key) -> None:
-        del self.index[key]
-        if key in self._new:
-            del self._new[key]
-            return
-        i = bisect.bisect_left(self._keys, key)
-        del self._keys[i]
-        if not self._new:
-            del self._rows[i]
-
-    def _settle(self) -> None:
-        new = self._new
-        if not new:
-            return
-        keys = self._keys
-        keys += sorted(new)
-        keys.sort()  # two sorted runs: a linear merge
-        new.clear()
-        index = self.index
-        self._rows = [index[k] for k in keys]
-
-    @property
-    def keys(self) -> list[Key]:
-        self._settle()
-        return self._keys
-
-    @property
-    def rows(self) -> list[Entry]:
-        self._settle()
-        return self._rows
-
-    def range(self, namespace: str | None) -> list[Entry]:
-        self._settle()
-        if namespace is None:
-            return self._rows[:]
-        keys = self._keys
-        lo = bisect.bisect_left(keys, (namespace, ""))
-        hi = bisect.bisect_left(keys, (namespace + "\x00", ""), lo)
-        return self._rows[lo:hi]
-
-    def count(self, namespace: str | None) -> int:
-        if namespace is None:
-            return len(self.index)
-        self._settle()
-        keys = self._keys
-        lo = bisect.bisect_left(keys, (namespace, ""))
-        return bisect.bisect_left(keys, (namespace + "\x00", ""), lo) - lo
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceSchema:
-    resource: ResourceKind
-    list_kind: str
-    status_subresource: bool
-    generation: bool
-    defaults: crds.DefaultNode | None
-    typed: bool  # built-in kind: list items omit apiVersion/kind
-
-
-def _schemas(resources: Iterable[ResourceKind]) -> dict[ResourceKind, ResourceSchema]:
-    registry = crds.crd_registry()
-    out = {}
-    for res in resources:
-        info = registry.get((res.group, res.version, res.plural))
-        if info is not None:
-            out[res] = ResourceSchema(
-                res, info.list_kind, info.status_subresource, True, info.defaults, False
-            )
-        else:
-            out[res] = ResourceSchema(res, res.list_kind, False, False, None, True)
-    return out
-
-
-@dataclass(slots=True)
-class ListPage:
-    items: list[Entry]
-    resource_version: int
-    continue_token: str
-    remaining: int | None  # remainingItemCount, only when a limit cut an unfiltered list
-
-
-@dataclass(slots=True)
-class _Snapshot:
-    rows: list[Entry]
-    created: float
-
-
-Entries = list[Entry]
-Events = list[WatchEvent]
 Listener = Callable[[WatchEvent], None]
-Predicate = Callable[[Entry], bool]
+Objs = list[Obj]  # (an alias: inside Store, ``list`` names the method)
 
-
-# ---------------------------------------------------------------------------------------------- store
+_ABSENT = object()  # a missing status differs from a null one
 
 
 class Store:
+    """The registry over one revision counter. Writes are synchronous and commit in one step (revision,
+    table, history, listeners), so a watcher subscribed between two statements misses nothing."""
+
     def __init__(
         self,
         *,
@@ -383,29 +80,23 @@ class Store:
         snapshot_ttl: float = 300.0,
         max_snapshots: int = 64,
     ) -> None:
-        self.history_window = history_window
-        self.snapshot_ttl = snapshot_ttl
-        self.max_snapshots = max_snapshots
-        self._schemas = _schemas(resources)
-        self._tables: dict[ResourceKind, _Table] = {r: _Table() for r in self._schemas}
+        self._schemas = resource_schemas(resources)
+        self._tables: dict[ResourceKind, Table] = {r: Table() for r in self._schemas}
         self._rv = 0
-        # Every event with rv > _horizon is in _history (etcd's retained revisions: Exact lists and
-        # continue tokens at or after it are answered). A watch resumes only from max(_horizon,
-        # _watch_from): an apiserver restart starts a new watch cache at the current revision, while etcd
-        # keeps its revisions.
-        self._horizon = 0
-        self._watch_from = 0
-        self._history: list[WatchEvent] = []
-        self._snapshots: OrderedDict[tuple[ResourceKind, str | None, int], _Snapshot] = OrderedDict()
+        # The chaos diagnostics size these two (len, iteration) to tell the simulator's memory from the
+        # service's: keep the names.
+        self._history = History(history_window)
+        self._snapshots = ListSnapshots(ttl=snapshot_ttl, max_size=max_snapshots)
         self._listeners: list[Listener] = []
-        self._validators: dict[ResourceKind, Callable[[Obj], None]] = {LEASES: _validate_lease}
         # ResourceKind hashes all its fields on every lookup; the kinds in use are long-lived objects, so
         # look them up by identity first (an equal but distinct ResourceKind takes the hashing path).
-        self._by_id: dict[int, tuple[ResourceSchema, _Table, Callable[[Obj], None] | None]] = {
-            id(r): (schema, self._tables[r], self._validators.get(r)) for r, schema in self._schemas.items()
+        self._by_id: dict[int, tuple[ResourceSchema, Table]] = {
+            id(r): (schema, self._tables[r]) for r, schema in self._schemas.items()
         }
-        self._api_versions = {r: r.api_version for r in self._schemas}
         self.counters: dict[str, int] = {"writes": 0, "noop_writes": 0, "snapshots": 0}
+        if NAMESPACES in self._schemas:
+            for name in SYSTEM_NAMESPACES:
+                self.create(NAMESPACES, None, {"metadata": {"name": name}}, field_manager="kube-apiserver")
 
     # -- introspection ------------------------------------------------------------------------
     @property
@@ -415,7 +106,16 @@ class Store:
     @property
     def horizon(self) -> int:
         """Oldest resourceVersion a watch can still resume from."""
-        return max(self._horizon, self._watch_from)
+        return self._history.resumable_from
+
+    @property
+    def snapshot_ttl(self) -> float:
+        """Seconds a paged LIST can be continued at the revision of its first page."""
+        return self._snapshots.ttl
+
+    @snapshot_ttl.setter
+    def snapshot_ttl(self, seconds: float) -> None:
+        self._snapshots.ttl = seconds
 
     @property
     def resources(self) -> list[ResourceKind]:
@@ -424,28 +124,26 @@ class Store:
     def schema(self, resource: ResourceKind) -> ResourceSchema:
         return self._kind(resource)[0]
 
-    def _kind(self, resource: ResourceKind) -> tuple[ResourceSchema, _Table, Callable[[Obj], None] | None]:
+    def has_namespace(self, name: str) -> bool:
+        table = self._tables.get(NAMESPACES)
+        return table is None or ("", name) in table.index
+
+    def _kind(self, resource: ResourceKind) -> tuple[ResourceSchema, Table]:
         found = self._by_id.get(id(resource))
         if found is not None:
             return found
         try:
-            schema = self._schemas[resource]
+            return self._schemas[resource], self._tables[resource]
         except KeyError:
-            raise StoreError.make(
-                404, "NotFound", "the server could not find the requested resource", {}
-            ) from None
-        return schema, self._tables[resource], self._validators.get(resource)
+            raise resource_not_found() from None
 
     def count(self, resource: ResourceKind, namespace: str | None = None) -> int:
-        return self._table(resource).count(namespace)
-
-    def _table(self, resource: ResourceKind) -> _Table:
-        return self._kind(resource)[1]
+        return self._kind(resource)[1].count(namespace)
 
     # -- reads --------------------------------------------------------------------------------
     def get_entry(self, resource: ResourceKind, namespace: str | None, name: str) -> Entry:
-        key = self._key(resource, namespace, name)
-        entry = self._table(resource).index.get(key)
+        key = _key(resource, namespace, name)
+        entry = self._kind(resource)[1].index.get(key)
         if entry is None:
             raise not_found(resource, name)
         return entry
@@ -457,7 +155,7 @@ class Store:
 
     def entries(self, resource: ResourceKind, namespace: str | None) -> Entries:
         """Current entries in key order (a new list; the entries themselves are immutable)."""
-        return self._table(resource).range(namespace)
+        return self._kind(resource)[1].range(namespace)
 
     def list(self, resource: ResourceKind, namespace: str | None) -> tuple[list[Obj], int]:
         return [e.copy() for e in self.entries(resource, namespace)], self._rv
@@ -475,8 +173,8 @@ class Store:
         """One LIST response. ``at_rv``: serve exactly that revision (reconstructed from history if older).
         A continue token pins the page to the snapshot of its first page."""
         if continue_token:
-            token_rv, start = self._decode_continue(resource, namespace, continue_token)
-            if token_rv == -1:  # "inconsistent" token handed out with a 410: continue at the latest state
+            token_rv, start = decode_continue(resource, namespace, continue_token)
+            if token_rv == INCONSISTENT_RV:
                 rows, rv = self.entries(resource, namespace), self._rv
             else:
                 rows = self._pinned_snapshot(resource, namespace, token_rv, start)
@@ -506,9 +204,9 @@ class Store:
         if i >= n or limit <= 0:
             return ListPage(items, rv, "", None)
         if not continue_token:
-            self._remember_snapshot(resource, namespace, rv, rows)
+            self._snapshots.remember((resource, namespace, rv), rows)
         last = items[-1].key if items else rows[i - 1].key
-        token = self._encode_continue(resource, namespace, rv, (last[0], last[1] + "\x00"))
+        token = encode_continue(resource, namespace, rv, (last[0], last[1] + "\x00"))
         remaining = None if predicate is not None else n - i
         return ListPage(items, rv, token, remaining)
 
@@ -516,83 +214,18 @@ class Store:
         """The objects as they were at revision ``rv``, undoing the retained history (410 if compacted)."""
         if rv > self._rv:
             raise too_large_rv(rv, self._rv)
+        current = self.entries(resource, namespace)
         if rv == self._rv:
-            return self.entries(resource, namespace)
-        if rv < self._horizon:
-            raise expired("The resourceVersion for the provided list is too old.")
-        state = {e.key: e for e in self.entries(resource, namespace)}
-        i = len(self._history)
-        while i > 0 and self._history[i - 1].rv > rv:
-            i -= 1
-            ev = self._history[i]
-            if ev.resource != resource or (namespace is not None and ev.entry.key[0] != namespace):
-                continue
-            if ev.prev is None:
-                state.pop(ev.entry.key, None)
-            else:
-                state[ev.entry.key] = ev.prev
+            return current
+        rows = self._history.rewind(current, resource, namespace, rv)
         self.counters["snapshots"] += 1
-        return [state[k] for k in sorted(state)]
-
-    # -- continue tokens ----------------------------------------------------------------------
-    def _encode_continue(self, resource: ResourceKind, namespace: str | None, rv: int, start: Key) -> str:
-        # Same shape as the apiserver's etcd3 token: the start key relative to the listed prefix.
-        rel = start[1] if (namespace is not None or not resource.namespaced) else f"{start[0]}/{start[1]}"
-        token = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": rel})
-        return base64.urlsafe_b64encode(token).rstrip(b"=").decode()
-
-    def _decode_continue(self, resource: ResourceKind, namespace: str | None, token: str) -> tuple[int, Key]:
-        try:
-            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-            data = orjson.loads(raw)
-        except (binascii.Error, ValueError, orjson.JSONDecodeError) as exc:
-            raise bad_request(f"invalid continue token: continue key is not valid: {exc}") from None
-        if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
-            raise bad_request(
-                "invalid continue token: continue key is not valid: "
-                "incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
-            )
-        rv, start = data.get("rv"), data.get("start")
-        if not isinstance(rv, int) or rv == 0 or rv < -1 or not isinstance(start, str) or not start:
-            raise bad_request(
-                "invalid continue token: continue key is not valid: invalid start or resourceVersion"
-            )
-        if namespace is not None or not resource.namespaced:
-            key = (namespace or "", start)
-        else:
-            ns, sep, name = start.partition("/")
-            key = (ns, name) if sep else ("", start)
-        return rv, key
-
-    def _remember_snapshot(
-        self, resource: ResourceKind, namespace: str | None, rv: int, rows: Entries
-    ) -> None:
-        self._snapshots[(resource, namespace, rv)] = _Snapshot(rows, time.monotonic())
-        self._snapshots.move_to_end((resource, namespace, rv))
-        while len(self._snapshots) > self.max_snapshots:
-            self._snapshots.popitem(last=False)
+        return rows
 
     def _pinned_snapshot(self, resource: ResourceKind, namespace: str | None, rv: int, start: Key) -> Entries:
-        snap = self._snapshots.get((resource, namespace, rv))
-        if snap is not None and time.monotonic() - snap.created > self.snapshot_ttl:
-            del self._snapshots[(resource, namespace, rv)]
-            snap = None
-        if snap is None or rv < self._horizon:
-            # Like etcd after compaction: offer an inconsistent token that continues at the latest state.
-            rows = self.entries(resource, namespace)
-            lo = bisect.bisect_left(rows, start, key=lambda e: e.key)
-            message = "The provided continue parameter is too old to display a consistent list result. "
-            message += "You can start a new list without the continue parameter"
-            if lo < len(rows):
-                message += (
-                    ", or use the continue token in this response to retrieve the remainder of the results. "
-                    "Continuing with the provided token results in an inconsistent list - objects that were "
-                    "created, modified, or deleted between the time the first chunk was returned and now may "
-                    "show up in the list."
-                )
-                raise expired(message, self._encode_continue(resource, namespace, -1, start))
-            raise expired(message + ".")
-        return snap.rows
+        rows = self._snapshots.get((resource, namespace, rv))
+        if rows is None or rv < self._history.horizon:
+            raise continue_expired(resource, namespace, self.entries(resource, namespace), start)
+        return rows
 
     # -- watch support ------------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -607,24 +240,25 @@ class Store:
 
     def events_since(self, resource: ResourceKind | None, rv: int) -> Events:
         """Events with revision > rv (of one kind, or all); 410 Expired if they are no longer all retained."""
-        if rv < self.horizon:
-            raise expired(f"too old resource version: {rv} ({self.horizon})")
-        lo = bisect.bisect_right(self._history, rv, key=lambda e: e.rv)
-        events = self._history[lo:]
-        return events if resource is None else [e for e in events if e.resource == resource]
+        return self._history.since(resource, rv)
 
     def restart_watch_cache(self) -> None:
         """An apiserver restart: its new watch cache starts at the current revision, so watches from an
         older one get 410; etcd keeps its revisions, so Exact lists and continue tokens still work."""
-        self._watch_from = self._rv
+        self._history.restart_watch_cache(self._rv)
 
     def compact(self) -> None:
         """Forget all history and list snapshots (etcd compaction at the current revision)."""
-        self._horizon = self._rv
-        self._history.clear()
+        self._history.compact(self._rv)
         self._snapshots.clear()
 
+    def trim_history(self) -> None:
+        """Apply the history window now (normally done lazily in batches)."""
+        self._history.trim()
+
     # -- writes -------------------------------------------------------------------------------
+    # Every write takes ``opts``: None (Python callers) writes as given; the HTTP layer and the workload
+    # generator pass WriteOptions and get the apiserver's checks (app.sim.validation), dry runs and warnings.
     def create(
         self,
         resource: ResourceKind,
@@ -633,50 +267,69 @@ class Store:
         *,
         field_manager: str = "sim",
         copy: bool = True,
+        opts: WriteOptions | None = None,
+        operation: str = "Update",
     ) -> Obj:
         """Create ``obj``. Returns a private copy of the stored object, or with ``copy=False`` the stored
         object itself: shared and read-only (for callers that never mutate it, like the generator)."""
-        schema, table, _ = self._kind(resource)
-        body = _own(obj)
+        opts = opts or TRUSTED
+        schema, table = self._kind(resource)
+        body = own(obj)
+        validator = schema.validator if opts.validate else None
+        if validator is not None:
+            validator.check_type_meta(body)
+            validator.decode(body, None, opts)
         meta = body.get("metadata")
         if not isinstance(meta, dict):
             meta = {}
-        namespace = self._check_namespace(resource, namespace, meta)
+        namespace = check_namespace(resource, namespace, meta)
         name = meta.get("name") or ""
         if not name and meta.get("generateName"):
-            name = meta["generateName"] + "".join(secrets.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
+            name = generated_name(meta["generateName"])
         if not name:
-            raise invalid(
-                resource.kind,
-                resource.group,
-                "",
-                [FieldError("metadata.name", "Required", "name or generateName is required")],
-            )
+            raise _name_required(resource, "name or generateName is required")
         if meta.get("resourceVersion"):
             raise StoreError.make(
                 500, "InternalError", "resourceVersion should not be set on objects to be created"
             )
-        key = (namespace or "", name)
-        if key in table.index:
+        if namespace is not None:
+            self._check_namespace(namespace, opts)
+        if (namespace or "", name) in table.index:
             raise already_exists(resource, name)
         now = now_rfc3339()
-        new_meta: Obj = {"name": name}
-        if resource.namespaced:
-            new_meta["namespace"] = namespace
-        new_meta["uid"] = _uuid4()
-        new_meta["resourceVersion"] = ""
-        if schema.generation:
-            new_meta["generation"] = 1
-        new_meta["creationTimestamp"] = now
-        for k in _USER_METADATA[1:]:
-            if k in meta and k != "namespace":
-                new_meta[k] = meta[k]
-        new_obj = self._assemble(
-            schema, body, new_meta, status=None if schema.status_subresource else _MISSING
+        new_meta = create_metadata(schema, namespace, name, meta, now)
+        # With a status subresource, a create drops the body's status.
+        new_obj = assemble(
+            schema,
+            body,
+            new_meta,
+            status=None if schema.status_subresource else FROM_BODY,
+            defaults=validator is None,
         )
-        self._validate(schema, new_obj, name)
-        new_meta["managedFields"] = [_managed_entry(field_manager, resource, new_obj, None, now)]
-        entry = self._commit(resource, "ADDED", new_obj, None)
+        if resource == NAMESPACES:
+            _namespace_defaults(new_obj)
+        if validator is not None:
+            validator.validate(new_obj, None)
+        node = self._node(schema)
+        managed = record_update(
+            [],
+            manager=field_manager,
+            resource=resource,
+            node=node,
+            old=None,
+            new=new_obj,
+            subresource=None,
+            status_subresource=schema.status_subresource,
+            when=now,
+        )
+        if operation == "Apply":
+            managed = [dict(m, operation="Apply") for m in managed]
+        new_meta["managedFields"] = managed
+        if opts.dry_run:
+            serializable(new_obj, resource.kind)
+            del new_meta["resourceVersion"]  # never stored: no revision (etcd3 PrepareObjectForStorage)
+            return new_obj
+        entry = self._commit(resource, "ADDED", new_obj, None, checked=_bounded(validator))
         return entry.copy() if copy else entry.obj
 
     def update(
@@ -687,8 +340,9 @@ class Store:
         *,
         subresource: str | None = None,
         field_manager: str = "sim",
+        opts: WriteOptions | None = None,
     ) -> Obj:
-        entry, _ = self._update(resource, namespace, _own(obj), subresource, field_manager)
+        entry, _ = self._update(resource, namespace, own(obj), subresource, field_manager, opts or TRUSTED)
         return entry.copy()
 
     def update_or_create(
@@ -699,9 +353,12 @@ class Store:
         *,
         subresource: str | None = None,
         field_manager: str = "sim",
+        opts: WriteOptions | None = None,
     ) -> tuple[Obj, bool]:
         """PUT as the HTTP layer needs it: also says whether a Lease was created (201)."""
-        entry, created = self._update(resource, namespace, _own(obj), subresource, field_manager)
+        entry, created = self._update(
+            resource, namespace, own(obj), subresource, field_manager, opts or TRUSTED
+        )
         return entry.copy(), created
 
     def patch(
@@ -715,28 +372,16 @@ class Store:
         patch_type: str = "merge",
         field_manager: str = "sim",
         copy: bool = True,
+        opts: WriteOptions | None = None,
     ) -> Obj:
         """Patch; returns the result as :meth:`create` does (``copy=False``: shared and read-only)."""
+        opts = opts or TRUSTED
         entry = self.get_entry(resource, namespace, name)
         # A merge patch of status needs no deep copy: merge_patch copies the maps along the patch's paths and
         # never mutates its target, and a status write keeps the rest of the stored object as it is.
         # json_patch works in place, and spec writes are defaulted in place: those work on a copy.
-        shared = patch_type in {"merge", "apply"} and subresource == "status"
-        current = entry.obj if shared else entry.copy()
-        if patch_type in {"merge", "apply"}:
-            if not isinstance(patch, dict):
-                raise bad_request(
-                    "json: cannot unmarshal array into Go value of type map[string]interface {}"
-                )
-            patched = merge_patch(current, patch)
-        elif patch_type == "json":
-            if not isinstance(patch, list):
-                raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-            patched = json_patch(current, patch)
-        else:
-            raise StoreError.make(415, "UnsupportedMediaType", f"unsupported patch type {patch_type!r}")
-        if not isinstance(patched, dict):
-            raise bad_request("patch did not produce an object")
+        shared = patch_type in MERGING and subresource == "status"
+        patched = apply_patch(entry.obj if shared else entry.copy(), patch, patch_type)
         meta = patched.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
@@ -747,8 +392,74 @@ class Store:
                 raise conflict(resource, name)
             meta["resourceVersion"] = str(entry.rv)
         meta["name"] = name
-        result, _ = self._update(resource, namespace, patched, subresource, field_manager)
+        result, _ = self._update(resource, namespace, patched, subresource, field_manager, opts, old=entry)
         return result.copy() if copy else result.obj
+
+    def apply(
+        self,
+        resource: ResourceKind,
+        namespace: str | None,
+        name: str,
+        config: Obj,
+        *,
+        field_manager: str,
+        subresource: str | None = None,
+        opts: WriteOptions | None = None,
+    ) -> tuple[Obj, bool]:
+        """Server-side apply (app.sim.apply); creates the object when it does not exist. (object, created)"""
+        opts = opts or TRUSTED
+        schema, table = self._kind(resource)
+        config = own(config)
+        validator = schema.validator if opts.validate else None
+        if validator is not None:
+            validator.check_type_meta(config)
+        if not config.get("kind") or not config.get("apiVersion"):
+            raise bad_request(
+                f"Object 'Kind' is missing in '{orjson.dumps(config).decode()}'"
+                if not config.get("kind")
+                else "Object 'apiVersion' is missing"
+            )
+        meta = config.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        if meta.get("name") and meta["name"] != name:
+            raise bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+            )
+        meta["name"] = name
+        if validator is not None:
+            validator.decode(config, None, opts)
+        ns = check_namespace(resource, namespace, dict(meta))
+        entry = table.index.get((ns or "", name))
+        if entry is None:
+            if subresource is not None:
+                raise not_found(resource, name)
+            created = self.create(
+                resource, ns, config, field_manager=field_manager, opts=opts, operation="Apply"
+            )
+            return created, True
+        if (
+            meta.get("resourceVersion")
+            and meta["resourceVersion"] != entry.obj["metadata"]["resourceVersion"]
+        ):
+            raise conflict(resource, name)
+        merged, managed = apply_config(
+            entry.obj,
+            config,
+            node=self._node(schema),
+            manager=field_manager,
+            api_version=resource.api_version,
+            subresource=subresource,
+            force=opts.force,
+            when=now_rfc3339(),
+        )
+        merged["metadata"] = dict(
+            merged["metadata"], resourceVersion=entry.obj["metadata"]["resourceVersion"]
+        )
+        result, _ = self._update(
+            resource, ns, merged, subresource, field_manager, opts, old=entry, managed=managed
+        )
+        return result.copy(), False
 
     def delete(
         self,
@@ -758,26 +469,21 @@ class Store:
         *,
         preconditions: dict[str, Any] | None = None,
         copy: bool = True,
+        opts: WriteOptions | None = None,
     ) -> Obj:
         """With finalizers: set deletionTimestamp (MODIFIED), else remove (DELETED). Returns last state
-        (``copy=False``: shared and read-only)."""
+        (``copy=False``: shared and read-only). Deleting a namespace deletes what is in it first."""
+        opts = opts or TRUSTED
         entry = self.get_entry(resource, namespace, name)
         meta = entry.obj["metadata"]
         if preconditions:
             uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
             if uid and uid != meta.get("uid"):
-                raise conflict(
-                    resource,
-                    name,
-                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta['uid']}",
-                )
+                raise precondition_failed(resource, name, "UID", uid, meta["uid"])
             if rv and str(rv) != meta.get("resourceVersion"):
-                raise conflict(
-                    resource,
-                    name,
-                    f"Precondition failed: ResourceVersion in precondition: {rv}, "
-                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
-                )
+                raise precondition_failed(resource, name, "ResourceVersion", rv, meta["resourceVersion"])
+        if resource == NAMESPACES:
+            return self._delete_namespace(entry, opts, copy)
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return entry.copy() if copy else entry.obj
@@ -787,41 +493,125 @@ class Store:
             if self._schemas[resource].generation:
                 new_meta["deletionGracePeriodSeconds"] = 0
             new_obj["metadata"] = new_meta
+            if opts.dry_run:
+                return new_obj
             done = self._commit(resource, "MODIFIED", new_obj, entry)
         else:
+            if opts.dry_run:
+                return entry.copy()
             done = self._remove(resource, entry)
         return done.copy() if copy else done.obj
 
+    def delete_collection(
+        self,
+        resource: ResourceKind,
+        namespace: str | None,
+        *,
+        predicate: Predicate | None = None,
+        opts: WriteOptions | None = None,
+    ) -> Objs:
+        """DELETE on a collection: every (matching) object, each deleted as by :meth:`delete`."""
+        out = []
+        for entry in self.entries(resource, namespace):
+            if predicate is None or predicate(entry):
+                out.append(self.delete(resource, entry.key[0] or None, entry.key[1], opts=opts))
+        return out
+
+    # -- namespaces -----------------------------------------------------------------------------------------
+    def _check_namespace(self, namespace: str, opts: WriteOptions) -> None:
+        table = self._tables.get(NAMESPACES)
+        if table is None:
+            return
+        ns = table.index.get(("", namespace))
+        if ns is None:
+            if opts.require_namespace:
+                raise not_found(NAMESPACES, namespace)
+            self.create(NAMESPACES, None, {"metadata": {"name": namespace}}, field_manager="kube-apiserver")
+        elif ns.obj["metadata"].get("deletionTimestamp"):
+            err = StoreError.make(
+                403,
+                "Forbidden",
+                f"unable to create new content in namespace {namespace} because it is being terminated",
+                {
+                    "name": namespace,
+                    "kind": "namespaces",
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {namespace} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
+            raise err
+
+    def _delete_namespace(self, entry: Entry, opts: WriteOptions, copy: bool) -> Obj:
+        """The namespace goes Terminating, its content is deleted (the namespace controller's work, done at
+        once); it is removed when nothing is left in it (objects held by finalizers keep it)."""
+        name = entry.key[1]
+        if opts.dry_run:
+            return entry.copy()
+        current = entry
+        if not entry.obj["metadata"].get("deletionTimestamp"):
+            obj = dict(entry.obj)
+            obj["metadata"] = dict(obj["metadata"], deletionTimestamp=now_rfc3339())
+            obj["status"] = dict(obj.get("status") or {}, phase="Terminating")
+            current = self._commit(NAMESPACES, "MODIFIED", obj, entry)
+        for res in self._schemas:
+            if res.namespaced:
+                for e in self.entries(res, name):
+                    if not e.obj["metadata"].get("deletionTimestamp"):
+                        self.delete(res, name, e.key[1])
+        return (self._finish_namespace(name) or current).copy() if copy else current.obj
+
+    def _finish_namespace(self, name: str) -> Entry | None:
+        """Remove a terminating namespace once it is empty; returns its DELETED entry if it went."""
+        table = self._tables.get(NAMESPACES)
+        ns = table.index.get(("", name)) if table is not None else None
+        if ns is None or not ns.obj["metadata"].get("deletionTimestamp"):
+            return None
+        if any(self._tables[r].count(name) for r in self._schemas if r.namespaced):
+            return None
+        return self._remove(NAMESPACES, ns)
+
     # -- write internals ----------------------------------------------------------------------
-    def _update(
+    def _node(self, schema: ResourceSchema) -> Node:
+        return schema.validator.schema.root if schema.validator is not None else SCHEMALESS
+
+    def _update(  # noqa: PLR0917 - the registry's update path, private
         self,
         resource: ResourceKind,
         namespace: str | None,
         body: Obj,
         subresource: str | None,
         field_manager: str,
+        opts: WriteOptions,
+        *,
+        old: Entry | None = None,
+        managed: Objs | None = None,
     ) -> tuple[Entry, bool]:
-        schema = self.schema(resource)
+        schema, table = self._kind(resource)
         if subresource not in (None, "status") or (subresource == "status" and not schema.status_subresource):
-            raise StoreError.make(404, "NotFound", "the server could not find the requested resource", {})
+            raise resource_not_found()
+        validator = schema.validator if opts.validate else None
+        if validator is not None:
+            validator.check_type_meta(body)
         meta = body.get("metadata")
         if not isinstance(meta, dict):
             meta = body["metadata"] = {}
-        namespace = self._check_namespace(resource, namespace, meta)
+        namespace = check_namespace(resource, namespace, meta)
         name = meta.get("name") or ""
         if not name:
-            raise invalid(
-                resource.kind,
-                resource.group,
-                "",
-                [FieldError("metadata.name", "Required", "name is required")],
-            )
-        entry = self._table(resource).index.get((namespace or "", name))
+            raise _name_required(resource, "name is required")
+        entry = table.index.get((namespace or "", name))
         rv = str(meta.get("resourceVersion") or "")
         if entry is None:
             if resource == LEASES and subresource is None and not rv:
                 meta.pop("resourceVersion", None)
-                created = self.create(resource, namespace, body, field_manager=field_manager)
+                created = self.create(resource, namespace, body, field_manager=field_manager, opts=opts)
+                if opts.dry_run:
+                    return Entry((namespace or "", name), created, 0), True
                 return self.get_entry(resource, namespace, created["metadata"]["name"]), True
             raise not_found(resource, name)
         if not rv:
@@ -835,424 +625,119 @@ class Store:
         if rv != stored_meta["resourceVersion"]:
             raise conflict(resource, name)
         if meta.get("uid") and meta["uid"] != stored_meta["uid"]:
-            raise conflict(
-                resource,
-                name,
-                f"Precondition failed: UID in precondition: {meta['uid']}, "
-                f"UID in object meta: {stored_meta['uid']}",
-            )
+            raise precondition_failed(resource, name, "UID", meta["uid"], stored_meta["uid"])
         if subresource == "status":
             new_obj = dict(entry.obj)
             if "status" in body:
                 new_obj["status"] = body["status"]
             else:
                 new_obj.pop("status", None)
+            if validator is not None:
+                validator.decode(new_obj, entry.obj, opts)
         else:
-            new_meta = {
-                k: v for k, v in stored_meta.items() if k not in _USER_METADATA or k in ("name", "namespace")
-            }
-            for k in _USER_METADATA:
-                if k in meta and k not in ("name", "namespace"):
-                    new_meta[k] = meta[k]
-            keep_status = entry.obj.get("status") if schema.status_subresource else _MISSING
-            new_obj = self._assemble(schema, body, new_meta, status=keep_status)
-        self._validate(schema, new_obj, name)
+            if validator is not None:
+                validator.decode(body, entry.obj if old is not None else None, opts)
+            # Writes to the main resource keep the stored status when it has its own subresource.
+            keep_status = entry.obj.get("status") if schema.status_subresource else FROM_BODY
+            new_obj = assemble(
+                schema,
+                body,
+                update_metadata(stored_meta, meta),
+                status=keep_status,
+                defaults=validator is None,
+            )
+        if validator is not None:
+            validator.validate(new_obj, entry.obj)
         if subresource == "status":
             # Only the status was replaced (same metadata object, same spec): compare just that.
-            same = new_obj.get("status", _MISSING) == entry.obj.get("status", _MISSING)
+            same = new_obj.get("status", _ABSENT) == entry.obj.get("status", _ABSENT)
         else:
-            same = _same_content(new_obj, entry.obj)
-        if same:
+            same = same_content(new_obj, entry.obj)
+        if same and managed is None:
             self.counters["noop_writes"] += 1
             return entry, False
         new_meta = new_obj["metadata"] = dict(new_obj["metadata"])
         if (
             schema.generation
             and subresource != "status"
-            and _spec_changed(new_obj, entry.obj, schema.status_subresource)
+            and spec_changed(new_obj, entry.obj, schema.status_subresource)
         ):
             new_meta["generation"] = int(stored_meta.get("generation", 1)) + 1
-        new_meta["managedFields"] = _merge_managed(
-            stored_meta.get("managedFields") or [],
-            _managed_entry(field_manager, resource, new_obj, subresource),
-        )
+        if managed is None:
+            managed = record_update(
+                stored_meta.get("managedFields") or [],
+                manager=field_manager,
+                resource=resource,
+                node=self._node(schema),
+                old=entry.obj,
+                new=new_obj,
+                subresource=subresource,
+                status_subresource=schema.status_subresource,
+                when=now_rfc3339(),
+            )
+        new_meta["managedFields"] = managed
+        if same and managed == stored_meta.get("managedFields"):
+            self.counters["noop_writes"] += 1
+            return entry, False
+        if opts.dry_run:
+            serializable(new_obj, resource.kind)
+            return Entry(entry.key, new_obj, entry.rv), False
         if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
             # Removing the last finalizer of an object being deleted deletes it.
             return self._remove(resource, Entry(entry.key, new_obj, entry.rv)), False
-        return self._commit(resource, "MODIFIED", new_obj, entry), False
+        return self._commit(resource, "MODIFIED", new_obj, entry, checked=_bounded(validator)), False
 
-    def _assemble(self, schema: ResourceSchema, body: Obj, meta: Obj, *, status: Any) -> Obj:
-        res = schema.resource
-        new_obj: Obj = {"apiVersion": self._api_version(res), "kind": res.kind, "metadata": meta}
-        for k, v in body.items():
-            if k not in ("apiVersion", "kind", "metadata", "status"):
-                new_obj[k] = v
-        if status is not _MISSING and status is not None:
-            new_obj["status"] = status
-        elif status is _MISSING and "status" in body:
-            new_obj["status"] = body["status"]
-        crds.apply_defaults(schema.defaults, new_obj)
-        return new_obj
-
-    def _api_version(self, resource: ResourceKind) -> str:
-        api_version = self._api_versions.get(resource)
-        return api_version if api_version is not None else resource.api_version
-
-    def _validate(self, schema: ResourceSchema, obj: Obj, name: str) -> None:
-        validator = self._kind(schema.resource)[2]
-        if validator is not None:
-            validator(obj)
-
-    def _check_namespace(self, resource: ResourceKind, namespace: str | None, meta: Obj) -> str | None:
-        if not resource.namespaced:
-            meta.pop("namespace", None)
-            return None
-        namespace = namespace or meta.get("namespace")
-        if not namespace:
-            raise bad_request("the server could not find the requested resource")
-        body_ns = meta.get("namespace")
-        if body_ns and body_ns != namespace:
-            raise bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request"
-            )
-        return namespace
-
-    def _key(self, resource: ResourceKind, namespace: str | None, name: str) -> Key:
-        return ((namespace or "") if resource.namespaced else "", name)
-
-    def _next_rv(self) -> int:
-        self._rv += 1
-        return self._rv
-
-    def _commit(self, resource: ResourceKind, type_: EventType, obj: Obj, prev: Entry | None) -> Entry:
-        rv = self._next_rv()
-        obj["metadata"]["resourceVersion"] = str(rv)
+    def _commit(
+        self, resource: ResourceKind, type_: EventType, obj: Obj, prev: Entry | None, *, checked: bool = False
+    ) -> Entry:
         meta = obj["metadata"]
-        entry = Entry((meta.get("namespace") or "", meta["name"]), obj, rv)
-        self._table(resource).put(entry)
+        meta["resourceVersion"] = str(self._rv + 1)
+        entry = Entry((meta.get("namespace") or "", meta["name"]), obj, self._rv + 1)
+        if not checked:
+            # Serialized before anything changes: an object that cannot be serialized (nested past orjson's
+            # limit) would break every LIST. ``checked``: a schema bounded its depth, serialize when read.
+            entry.prime(serializable(obj, resource.kind))
+        self._rv += 1
+        self._kind(resource)[1].put(entry)
         self._record(WatchEvent(type_, resource, entry, prev))
         return entry
 
     def _remove(self, resource: ResourceKind, entry: Entry) -> Entry:
-        rv = self._next_rv()
+        self._rv += 1
+        rv = self._rv
         # DELETED carries the last state with the deletion revision.
         obj = dict(entry.obj)
         obj["metadata"] = dict(obj["metadata"], resourceVersion=str(rv))
         gone = Entry(entry.key, obj, rv)
-        self._table(resource).remove(entry.key)
+        self._kind(resource)[1].remove(entry.key)
         self._record(WatchEvent("DELETED", resource, gone, entry))
+        if resource.namespaced and entry.key[0] and resource != NAMESPACES:
+            self._finish_namespace(entry.key[0])
         return gone
 
     def _record(self, event: WatchEvent) -> None:
         self.counters["writes"] += 1
-        history = self._history
-        history.append(event)
-        if len(history) > self.history_window:
-            # Trim in batches so appends stay amortized O(1).
-            excess = len(history) - self.history_window
-            if excess >= max(1, self.history_window // 8) or self.history_window == 0:
-                self._horizon = history[excess - 1].rv
-                del history[:excess]
+        self._history.append(event)
         for listener in tuple(self._listeners):
             listener(event)
 
-    def trim_history(self) -> None:
-        """Apply the history window now (normally done lazily in batches)."""
-        excess = len(self._history) - self.history_window
-        if excess > 0:
-            self._horizon = self._history[excess - 1].rv
-            del self._history[:excess]
+
+def _bounded(validator: KindValidator | None) -> bool:
+    return validator is not None and validator.schema.bounded
 
 
-def too_large_rv(requested: int, current: int) -> StoreError:
-    err = StoreError.make(
-        504,
-        "Timeout",
-        f"Timeout: Too large resource version: {requested}, current: {current}",
-        {
-            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-            "retryAfterSeconds": 1,
-        },
-    )
-    err.headers["Retry-After"] = "1"
-    return err
+def _namespace_defaults(obj: Obj) -> None:
+    """What the namespace registry sets on create: the name label, the kubernetes finalizer, phase Active."""
+    meta = obj["metadata"]
+    meta["labels"] = {**(meta.get("labels") or {}), NAME_LABEL: meta["name"]}
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("finalizers", [NAMESPACE_FINALIZER])
+    obj["status"] = {"phase": "Active"}
 
 
-class _Missing:
-    pass
+def _key(resource: ResourceKind, namespace: str | None, name: str) -> Key:
+    return ((namespace or "") if resource.namespaced else "", name)
 
 
-_MISSING: Any = _Missing()
-
-
-def _uuid4() -> str:
-    """str(uuid.uuid4()) at a third of its cost (random bits, version 4, RFC 4122 variant)."""
-    h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
-
-
-_VARIANT: Final = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
-
-
-def _own(obj: Obj) -> Obj:
-    """A private deep copy; also rejects what JSON cannot carry."""
-    try:
-        result: Obj = orjson.loads(orjson.dumps(obj))
-    except TypeError as exc:
-        raise bad_request(f"object is not valid JSON: {exc}") from None
-    if not isinstance(result, dict):
-        raise bad_request("the body of the request must be a JSON object")
-    return result
-
-
-def _strip_volatile(obj: Obj) -> Obj:
-    meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields")}
-    return dict(obj, metadata=meta)
-
-
-def _same_content(a: Obj, b: Obj) -> bool:
-    return _strip_volatile(a) == _strip_volatile(b)
-
-
-def _spec_changed(new: Obj, old: Obj, status_subresource: bool) -> bool:
-    skip = ("metadata", "status") if status_subresource else ("metadata",)
-    keys = (set(new) | set(old)) - set(skip)
-    return any(new.get(k) != old.get(k) for k in keys)
-
-
-# ---------------------------------------------------------------------------------------------- managedFields
-
-
-# FieldsV1 sets are built on every write, so the common parts are shared: every leaf is the same empty
-# dict, and a map whose values are all scalars (a condition, a jobsStatus entry, a resource list) gets its
-# set from a cache keyed by its keys. Stored objects are never mutated, so sharing is safe; callers only
-# ever see copies (or, with ``copy=False``, promise not to mutate).
-_LEAF: Final[dict[str, Any]] = {}
-_SCALAR_MAP_FIELDS: dict[tuple[bool, tuple[str, ...]], dict[str, Any]] = {}
-_SCALAR_MAP_CACHE_MAX: Final = 4096
-
-
-_CONTAINERS: Final = (dict, list)
-
-
-def _fields_v1(value: Any, depth: int = 0) -> Any:
-    """A FieldsV1 set for a JSON value: the shape SSA tracks (maps by f:, named list items by k:)."""
-    if isinstance(value, dict):
-        for v in value.values():
-            if isinstance(v, _CONTAINERS):
-                break
-        else:  # only scalars below: the set depends on the keys alone
-            cache_key = (depth > 0, tuple(value))
-            cached = _SCALAR_MAP_FIELDS.get(cache_key)
-            if cached is None:
-                cached = {".": _LEAF} if depth else {}
-                for k in value:
-                    cached["f:" + k] = _LEAF
-                if len(_SCALAR_MAP_FIELDS) < _SCALAR_MAP_CACHE_MAX:
-                    _SCALAR_MAP_FIELDS[cache_key] = cached
-            return cached
-        out: dict[str, Any] = {".": _LEAF} if depth else {}
-        for k, v in value.items():
-            out["f:" + k] = _fields_v1(v, depth + 1) if isinstance(v, _CONTAINERS) else _LEAF
-        return out
-    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
-        items: dict[str, Any] = {".": _LEAF}
-        for v in value:
-            items['k:{"name":' + orjson.dumps(v["name"]).decode() + "}"] = _fields_v1(v, depth + 1)
-        return items
-    return _LEAF
-
-
-def _managed_entry(
-    manager: str, resource: ResourceKind, obj: Obj, subresource: str | None, when: str | None = None
-) -> Obj:
-    if subresource == "status":
-        fields: Obj = {"f:status": _fields_v1(obj.get("status") or {}, 1)}
-    else:
-        fields = {}
-        meta = obj["metadata"]
-        meta_fields = {k: meta[k] for k in ("labels", "annotations", "finalizers") if meta.get(k)}
-        if meta_fields:
-            fields["f:metadata"] = _fields_v1(meta_fields, 0)
-        for k, v in obj.items():
-            if k not in ("apiVersion", "kind", "metadata", "status"):
-                fields[f"f:{k}"] = _fields_v1(v, 1)
-    entry: Obj = {
-        "manager": manager,
-        "operation": "Update",
-        "apiVersion": obj.get("apiVersion") or resource.api_version,
-        "time": when or now_rfc3339(),
-        "fieldsType": "FieldsV1",
-        "fieldsV1": fields,
-    }
-    if subresource:
-        entry["subresource"] = subresource
-    return entry
-
-
-def _merge_managed(existing: list[Obj], new: Obj) -> list[Obj]:
-    key = (new["manager"], new["operation"], new.get("subresource"))
-    out = [m for m in existing if (m.get("manager"), m.get("operation"), m.get("subresource")) != key]
-    out.append(new)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- patches
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            result.pop(k, None)
-        else:
-            result[k] = merge_patch(result.get(k), v)
-    return result
-
-
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise bad_request(f"invalid JSON pointer {path!r}")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _walk(doc: Any, parts: list[str]) -> Any:
-    for part in parts:
-        if isinstance(doc, dict):
-            if part not in doc:
-                raise _patch_error(f"missing path segment {part!r}")
-            doc = doc[part]
-        elif isinstance(doc, list):
-            doc = doc[_index(doc, part, allow_end=False)]
-        else:
-            raise _patch_error(f"cannot traverse into {part!r}")
-    return doc
-
-
-def _index(seq: list[Any], part: str, *, allow_end: bool) -> int:
-    if part == "-" and allow_end:
-        return len(seq)
-    if not part.isdigit():
-        raise _patch_error(f"invalid array index {part!r}")
-    i = int(part)
-    if i > len(seq) or (i == len(seq) and not allow_end):
-        raise _patch_error(f"array index {i} out of bounds")
-    return i
-
-
-def _patch_error(msg: str) -> StoreError:
-    return StoreError.make(
-        422, "Invalid", f"the server rejected our request due to an error in our request: {msg}"
-    )
-
-
-def json_patch(doc: Any, ops: list[Any]) -> Any:
-    """RFC 6902 JSON patch (add, remove, replace, move, copy, test)."""
-    for op in ops:
-        if not isinstance(op, dict) or "op" not in op or "path" not in op:
-            raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-        kind, parts = op["op"], _pointer(op["path"])
-        if kind in ("add", "replace", "test") and "value" not in op:
-            raise _patch_error(f"{kind} operation missing value")
-        if kind == "test":
-            if _walk(doc, parts) != op["value"]:
-                raise _patch_error(f"testing value {op['path']} failed")
-            continue
-        if kind in ("move", "copy"):
-            src = _pointer(op.get("from", ""))
-            value = orjson.loads(orjson.dumps(_walk(doc, src)))
-            if kind == "move":
-                doc = _remove(doc, src)
-            doc = _add(doc, parts, value)
-        elif kind == "add":
-            doc = _add(doc, parts, op["value"])
-        elif kind == "remove":
-            doc = _remove(doc, parts)
-        elif kind == "replace":
-            doc = _add(_remove(doc, parts), parts, op["value"]) if parts else op["value"]
-        else:
-            raise _patch_error(f"unexpected operation {kind!r}")
-    return doc
-
-
-def _add(doc: Any, parts: list[str], value: Any) -> Any:
-    if not parts:
-        return value
-    parent = _walk(doc, parts[:-1])
-    last = parts[-1]
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        parent.insert(_index(parent, last, allow_end=True), value)
-    else:
-        raise _patch_error(f"cannot add at {last!r}")
-    return doc
-
-
-def _remove(doc: Any, parts: list[str]) -> Any:
-    if not parts:
-        return None
-    parent = _walk(doc, parts[:-1])
-    last = parts[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise _patch_error(f"missing path segment {last!r}")
-        del parent[last]
-    elif isinstance(parent, list):
-        del parent[_index(parent, last, allow_end=False)]
-    else:
-        raise _patch_error(f"cannot remove at {last!r}")
-    return doc
-
-
-# ---------------------------------------------------------------------------------------------- Lease rules
-
-# Go parses MicroTime with the fixed layout below: exactly six fractional digits, "Z" or a numeric offset.
-_MICRO_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
-_MICRO_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})")
-
-
-def _micro_time_ok(value: str) -> bool:
-    return bool(_MICRO_RE.fullmatch(value))
-
-
-def _validate_lease(obj: Obj) -> None:
-    spec = obj.get("spec") or {}
-    name = obj["metadata"].get("name", "")
-    if not isinstance(spec, dict):
-        raise bad_request('Lease in version "v1" cannot be handled as a Lease: spec must be an object')
-    for fld in ("acquireTime", "renewTime"):
-        value = spec.get(fld)
-        if value is None:
-            continue
-        if not isinstance(value, str) or not _micro_time_ok(value):
-            raise bad_request(
-                f'Lease in version "v1" cannot be handled as a Lease: parsing time "{value}" as '
-                f'"{_MICRO_LAYOUT}": cannot parse "{value}" as "{_MICRO_LAYOUT}"'
-            )
-    for fld in ("leaseDurationSeconds", "leaseTransitions"):
-        if isinstance(spec.get(fld), float):
-            raise bad_request(
-                f'Lease in version "v1" cannot be handled as a Lease: json: cannot unmarshal number '
-                f"{spec[fld]} into Go struct field LeaseSpec.spec.{fld} of type int32"
-            )
-    errors = []
-    duration = spec.get("leaseDurationSeconds")
-    if duration is not None and (not isinstance(duration, int) or duration <= 0):
-        errors.append(
-            FieldError("spec.leaseDurationSeconds", "Invalid", "must be greater than 0", str(duration))
-        )
-    transitions = spec.get("leaseTransitions")
-    if transitions is not None and (not isinstance(transitions, int) or transitions < 0):
-        errors.append(
-            FieldError(
-                "spec.leaseTransitions", "Invalid", "must be greater than or equal to 0", str(transitions)
-            )
-        )
-    if errors:
-        raise invalid("Lease", "coordination.k8s.io", name, errors)
+def _name_required(resource: ResourceKind, detail: str) -> StoreError:
+    return invalid(resource.kind, resource.group, "", [FieldError("metadata.name", "Required", detail)])

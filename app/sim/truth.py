@@ -1,8 +1,9 @@
 """Ground truth for the workload generator: what the exporter's Trainer metrics should say.
 
-Deliberately written from the design documents (product.md §3, trainer-domain.md §1-§3), NOT by importing
-``app/trainer``: a test that compares the service against this module then checks two independent readings
-of the same rules instead of the service's code against itself.
+Deliberately written from the design documents (docs/design/product.md §3,
+docs/design/trainer-domain.md §1-§3), NOT by importing ``app/trainer``: a test that compares the service
+against this module then checks two independent readings of the same rules instead of the service's code
+against itself.
 
 The generator feeds every object the store returns from its writes into ``Truth``; the truth then derives
 everything from those stored objects, so what it counts is exactly what a watcher of the store can see.
@@ -11,10 +12,13 @@ everything from those stored objects, so what it counts is exactly what a watche
 from __future__ import annotations
 
 import math
+import re
+import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from fnmatch import fnmatchcase
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Final
@@ -26,7 +30,9 @@ RUNTIME_KINDS: Final = frozenset({TRAINING_RUNTIME, CLUSTER_TRAINING_RUNTIME})
 UNKNOWN_REF: Final = "unknown"
 
 JOB_STATES: Final = ("suspended", "pending", "running", "succeeded", "failed")
-# product.md §3: failure reasons kept as label values; every other reason becomes "other".
+# docs/design/product.md §3: upstream's failure reasons are always label values; any other reason is one
+# too when it is a well-formed condition reason (a CamelCase identifier of at most 64 characters), up to a
+# cap of distinct values the generator stays far below (see MAX_REASON_NAMES); else "other".
 FAILURE_REASONS: Final = frozenset(
     {
         "TrainingRuntimeNotSupported",
@@ -37,6 +43,23 @@ FAILURE_REASONS: Final = frozenset(
     }
 )
 NO_ACCELERATOR: Final = "none"
+_CAMEL_CASE: Final = re.compile(r"[A-Z][a-zA-Z0-9]*")
+MAX_REASON_LENGTH: Final = 64
+# The service's default caps (distinct reason names beyond FAILURE_REASONS, distinct accelerator classes).
+# The truth does not model them: the generator writes fewer distinct values than either (a test checks).
+MAX_REASON_NAMES: Final = 32
+MAX_ACCELERATOR_CLASSES: Final = 32
+# docs/design/product.md §3: accelerators are resource names matching these patterns (the default of the
+# service's setting): NVIDIA GPUs and MIG slices, AMD, Intel GPUs, Google TPU, Habana Gaudi, AWS Neuron.
+ACCELERATOR_PATTERNS: Final = (
+    "nvidia.com/gpu",
+    "nvidia.com/mig-*",
+    "amd.com/gpu",
+    "gpu.intel.com/*",
+    "google.com/tpu",
+    "habana.ai/gaudi",
+    "aws.amazon.com/neuron*",
+)
 
 CreatedKey = tuple[str, str]  # (namespace, runtime_ref)
 FinishedKey = tuple[str, str, str]  # (result, reason bucket, runtime_ref)
@@ -48,13 +71,22 @@ JobsKey = tuple[str, str, str]  # (namespace, runtime_ref, state)
 # ---------------------------------------------------------------------------------------------------------
 
 
+Quantities = tuple[tuple[str, int], ...]  # (resource name, whole units rounded up), sorted by name
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeFacts:
-    """What the rules need from one runtime: its default node count and its trainer's accelerators."""
+    """What the rules need from one runtime: the node count a TrainJob without numNodes gets, and the
+    trainer ``node`` container's resources, which a TrainJob's resourcesPerNode is merged into."""
 
-    num_nodes: int | None  # spec.mlPolicy.numNodes, None when absent
-    accelerator_class: str  # resource name containing "gpu", or "none"
-    accelerators_per_node: int
+    default_nodes: int
+    requests: Quantities = ()
+    limits: Quantities = ()
+    merges_job_resources: bool = True  # False: the controller ignores the job's resourcesPerNode
+
+    def accelerators(self) -> list[tuple[str, int]]:
+        """The accelerators the runtime's trainer container requests by itself."""
+        return _accelerators(dict(self.requests), dict(self.limits))
 
 
 RuntimeKey = tuple[str, str, str]  # (kind, namespace or "", name)
@@ -113,64 +145,82 @@ def quantity_value(value: Any) -> int | None:
     return None if parsed is None else math.ceil(parsed)
 
 
-def accelerators_of(resources: Any) -> tuple[str, int] | None:
-    """(class, per-node count) from a ResourceRequirements; None when it names no GPU resource.
-
-    GPU resources are names whose lower-case form contains "gpu", read from ``requests``, or from
-    ``limits`` when ``requests`` has none (extended-resource requests default to their limits).
-    """
-    if not isinstance(resources, dict):
-        return None
-    for section in ("requests", "limits"):
-        found = _gpu_in(resources.get(section))
-        if found is not None:
-            return found
-    return None
+def is_accelerator(name: str) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in ACCELERATOR_PATTERNS)
 
 
-def _gpu_in(section: Any) -> tuple[str, int] | None:
-    if not isinstance(section, dict):
-        return None
-    names = [name for name in section if isinstance(name, str) and "gpu" in name.lower()]
-    if not names:
-        return None
-    name = min(names)  # two GPU kinds on one job: pick one deterministically (the generator never does)
-    count = quantity_value(section[name])
-    return name, max(count or 0, 0)
+def quantities(section: Any) -> dict[str, int]:
+    """A requests or limits map as whole units (rounded up); entries that do not parse are left out."""
+    out: dict[str, int] = {}
+    if isinstance(section, dict):
+        for name, value in section.items():
+            count = quantity_value(value)
+            if isinstance(name, str) and count is not None:
+                out[name] = count
+    return out
+
+
+def _accelerators(requests: Mapping[str, int], limits: Mapping[str, int]) -> list[tuple[str, int]]:
+    """(class, per-node count) of every accelerator a container requests: per resource, its request, or
+    its limit when it has no request (the API server copies a missing request from the limit); 0 is none."""
+    found = []
+    for name in sorted(set(requests) | set(limits)):
+        count = requests[name] if name in requests else limits[name]
+        if count > 0 and is_accelerator(name):
+            found.append((name, count))
+    return found
 
 
 def runtime_facts(runtime: Mapping[str, Any]) -> RuntimeFacts:
-    """Default node count and trainer accelerators of a (Cluster)TrainingRuntime object."""
+    """Default node count and trainer container of a (Cluster)TrainingRuntime object, read as the Trainer
+    controller reads them (docs/design/trainer-domain.md §2 numNodes resolution, §3 resources):
+
+    - nodes: the trainer job (labelled ancestor ``trainer``, else named ``node``) runs mlPolicy.numNodes
+      (default 1) when it carries the label and the runtime has an mlPolicy, else its template's
+      parallelism (default 1);
+    - resources: the ``node`` container of the first replicated job named ``node`` or labelled ``trainer``;
+      a job's resourcesPerNode is merged into it only for a runtime with an mlPolicy, when that job carries
+      the label or (MPI with runLauncherAsNode) is named ``node``.
+    """
     spec = _dict(runtime.get("spec"))
     ml_policy = spec.get("mlPolicy")
-    num_nodes = ml_policy.get("numNodes") if isinstance(ml_policy, dict) else None
-    found = _runtime_trainer_accelerators(spec)
-    return RuntimeFacts(
-        num_nodes=num_nodes if isinstance(num_nodes, int) and not isinstance(num_nodes, bool) else None,
-        accelerator_class=found[0] if found else NO_ACCELERATOR,
-        accelerators_per_node=found[1] if found else 0,
+    jobs = [_dict(job) for job in _list(_dict(_dict(spec.get("template")).get("spec")).get("replicatedJobs"))]
+    labelled = [job for job in jobs if _ancestor(job) == "trainer"]
+    named = [job for job in jobs if job.get("name") == "node"]
+    default_nodes = 1
+    trainer = labelled[0] if labelled else named[0] if named else None
+    if trainer is not None:
+        if ml_policy is not None and trainer in labelled:
+            value = _dict(ml_policy).get("numNodes")
+        else:
+            value = _dict(_dict(trainer.get("template")).get("spec")).get("parallelism")
+        if isinstance(value, int) and not isinstance(value, bool):
+            default_nodes = value
+    container_job = next((job for job in jobs if job in labelled or job in named), None)
+    if container_job is None:
+        return RuntimeFacts(default_nodes, merges_job_resources=False)
+    mpi = _dict(_dict(ml_policy).get("mpi"))
+    merges = ml_policy is not None and (
+        container_job in labelled or (container_job in named and mpi.get("runLauncherAsNode") is True)
     )
+    pod_spec = _dict(
+        _dict(_dict(_dict(container_job.get("template")).get("spec")).get("template")).get("spec")
+    )
+    for container in _list(pod_spec.get("containers")):
+        if _dict(container).get("name") == "node":
+            resources = _dict(_dict(container).get("resources"))
+            return RuntimeFacts(
+                default_nodes,
+                tuple(sorted(quantities(resources.get("requests")).items())),
+                tuple(sorted(quantities(resources.get("limits")).items())),
+                merges,
+            )
+    return RuntimeFacts(default_nodes, merges_job_resources=merges)
 
 
-def _runtime_trainer_accelerators(spec: Mapping[str, Any]) -> tuple[str, int] | None:
-    """GPUs of the trainer container: the ``node`` container of a replicated job named ``node`` or
-    labelled ancestor ``trainer`` (trainer-domain.md §3, requested_accelerators details)."""
-    jobset_spec = _dict(_dict(spec.get("template")).get("spec"))
-    for replicated in _list(jobset_spec.get("replicatedJobs")):
-        job = _dict(replicated)
-        job_template = _dict(job.get("template"))
-        ancestor = _dict(_dict(job_template.get("metadata")).get("labels")).get(
-            "trainer.kubeflow.org/trainjob-ancestor-step"
-        )
-        if job.get("name") != "node" and ancestor != "trainer":
-            continue
-        pod_spec = _dict(_dict(_dict(job_template.get("spec")).get("template")).get("spec"))
-        for container in _list(pod_spec.get("containers")):
-            if _dict(container).get("name") == "node":
-                found = accelerators_of(_dict(container).get("resources"))
-                if found is not None:
-                    return found
-    return None
+def _ancestor(job: Mapping[str, Any]) -> Any:
+    labels = _dict(_dict(_dict(job.get("template")).get("metadata")).get("labels"))
+    return labels.get("trainer.kubeflow.org/trainjob-ancestor-step")
 
 
 def runtime_key_of(runtime: Mapping[str, Any]) -> RuntimeKey:
@@ -194,31 +244,53 @@ def runtime_ref_of(job: Mapping[str, Any]) -> tuple[str, RuntimeKey | None]:
 
 
 def requested_nodes(job: Mapping[str, Any], runtime: RuntimeFacts | None) -> int:
-    """spec.trainer.numNodes ?? runtime mlPolicy.numNodes ?? 1; an explicit 0 stays 0."""
+    """spec.trainer.numNodes, else the runtime's default node count, else 1; an explicit 0 stays 0."""
     num_nodes = _dict(_dict(job.get("spec")).get("trainer")).get("numNodes")
     if isinstance(num_nodes, int) and not isinstance(num_nodes, bool):
         return num_nodes
-    if runtime is not None and runtime.num_nodes is not None:
-        return runtime.num_nodes
+    if runtime is not None:
+        return runtime.default_nodes
     return 1
 
 
 def requested_accelerators(
     job: Mapping[str, Any], runtime: RuntimeFacts | None, nodes: int
-) -> tuple[str, int]:
-    """(accelerator class, per-node count * nodes): the job's resourcesPerNode, else the runtime's trainer."""
-    found = accelerators_of(_dict(_dict(job.get("spec")).get("trainer")).get("resourcesPerNode"))
-    if found is None and runtime is not None and runtime.accelerator_class != NO_ACCELERATOR:
-        found = (runtime.accelerator_class, runtime.accelerators_per_node)
-    if found is None:
-        return NO_ACCELERATOR, 0
-    return found[0], found[1] * nodes
+) -> tuple[tuple[str, int], ...]:
+    """(accelerator class, per-node count * nodes) for every class the job's trainer nodes request, or
+    (("none", 0),). Per-node resources: the runtime's trainer container with the job's resourcesPerNode
+    merged in (requests into requests, limits into limits, name by name, the job's value winning), when
+    the runtime takes it; the job's resourcesPerNode alone when the runtime is not known."""
+    override = _dict(_dict(_dict(job.get("spec")).get("trainer")).get("resourcesPerNode"))
+    if runtime is None:
+        requests, limits = quantities(override.get("requests")), quantities(override.get("limits"))
+    else:
+        requests, limits = dict(runtime.requests), dict(runtime.limits)
+        if runtime.merges_job_resources:
+            requests.update(quantities(override.get("requests")))
+            limits.update(quantities(override.get("limits")))
+    found = _accelerators(requests, limits)
+    if not found:
+        return ((NO_ACCELERATOR, 0),)
+    return tuple((name, count * nodes) for name, count in found)
+
+
+def reason_label(reason: Any) -> str:
+    """A failure's reason label: upstream's reasons, and any CamelCase reason of at most 64 characters, by
+    name; anything else "other"."""
+    if not isinstance(reason, str):
+        return "other"
+    if reason in FAILURE_REASONS:
+        return reason
+    if len(reason) <= MAX_REASON_LENGTH and _CAMEL_CASE.fullmatch(reason):
+        return reason
+    return "other"
 
 
 def classify(job: Mapping[str, Any]) -> tuple[str, tuple[str, str, dict[str, Any]] | None]:
-    """(state, terminal) in one pass. state is one of JOB_STATES (product.md §3, kubeflow_trainer_trainjobs);
-    terminal is (result, reason bucket, deciding condition) when Complete or Failed is True, where
-    Failed=True wins over Complete=True. Written for speed: populate() classifies every write."""
+    """(state, terminal) in one pass. state is one of JOB_STATES (docs/design/product.md §3,
+    kubeflow_trainer_trainjobs); terminal is (result, reason bucket, deciding condition) when Complete or
+    Failed is True, where Failed=True wins over Complete=True. Written for speed: populate() classifies
+    every write."""
     status = job.get("status")
     if not isinstance(status, dict):
         status = {}
@@ -233,16 +305,17 @@ def classify(job: Mapping[str, Any]) -> tuple[str, tuple[str, str, dict[str, Any
                 elif cond_type == "Complete" and complete is None:
                     complete = condition
     if failed is not None:
-        reason = failed.get("reason")
-        return "failed", ("failed", reason if reason in FAILURE_REASONS else "other", failed)
+        return "failed", ("failed", reason_label(failed.get("reason")), failed)
     if complete is not None:
         return "succeeded", ("succeeded", "none", complete)
     spec = job.get("spec")
     if isinstance(spec, dict) and spec.get("suspend") is True:
         return "suspended", None
+    # Running once a child Job has all its pods ready (jobsStatus[].ready); ``active`` also counts child Jobs
+    # whose pods are still pending (waiting for capacity), which are pending here.
     for entry in _list(status.get("jobsStatus")):
-        active = entry.get("active") if isinstance(entry, dict) else None
-        if isinstance(active, int) and active > 0:
+        ready = entry.get("ready") if isinstance(entry, dict) else None
+        if isinstance(ready, int) and ready > 0:
             return "running", None
     return "pending", None
 
@@ -264,6 +337,31 @@ def parse_time(value: Any) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def resumed_condition(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Suspended condition with status False and reason Resumed (the controller writes it when a job's
+    spec.suspend goes off: Kueue admitted it), if the job has one (the first, if several)."""
+    conditions = _dict(job.get("status")).get("conditions")
+    for condition in _list(conditions):
+        if (
+            isinstance(condition, dict)
+            and condition.get("type") == "Suspended"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Resumed"
+        ):
+            return condition
+    return None
+
+
+def since_creation(job: Mapping[str, Any], at: datetime | float | None) -> float | None:
+    """``at`` (a timestamp, or epoch seconds) - creationTimestamp, never below 0; None when either is
+    missing."""
+    created = parse_time(_dict(job.get("metadata")).get("creationTimestamp"))
+    if created is None or at is None:
+        return None
+    end = at.timestamp() if isinstance(at, datetime) else at
+    return max(end - created.timestamp(), 0.0)
 
 
 def lifetime_of(job: Mapping[str, Any], condition: Mapping[str, Any]) -> float | None:
@@ -296,8 +394,9 @@ class JobRequest:
     name: str
     runtime_ref: str
     nodes: int
-    accelerator_class: str
-    accelerators: int
+    # (accelerator_class, per-node count * nodes) for each class requested, or (("none", 0),): one
+    # observation of kubeflow_trainer_trainjob_requested_accelerators each.
+    accelerators: tuple[tuple[str, int], ...]
     # The generator wrote an odd-but-valid shape (odd quantity, foreign or missing runtime, ...): the
     # numbers above follow this module's reading of the rules, which another reading may round otherwise.
     malformed: bool = False
@@ -317,6 +416,32 @@ class FinishedJob:
 
 
 @dataclass(frozen=True, slots=True)
+class StartedJob:
+    """One TrainJob's first write in the running state (not terminal): what
+    ``kubeflow_trainer_trainjob_startup_seconds`` should observe. ``startup_seconds`` is the writer's clock at
+    that write minus creationTimestamp: a watcher sees the write a little later, never earlier."""
+
+    namespace: str
+    name: str
+    runtime_ref: str
+    startup_seconds: float
+    resource_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedJob:
+    """One TrainJob's first write with a Suspended=False/Resumed condition while not terminal and before it
+    ever ran: what ``kubeflow_trainer_trainjob_admission_wait_seconds`` should observe (the condition's
+    lastTransitionTime minus creationTimestamp)."""
+
+    namespace: str
+    name: str
+    runtime_ref: str
+    wait_seconds: float
+    resource_version: int
+
+
+@dataclass(frozen=True, slots=True)
 class TruthSnapshot:
     """An immutable copy of the truth at one moment; diff two of them to get a window's deltas."""
 
@@ -326,6 +451,8 @@ class TruthSnapshot:
     jobs: Mapping[JobsKey, int]  # current TrainJobs by state; zero entries are dropped
     requests: Mapping[str, JobRequest]  # by uid, every TrainJob created so far
     terminal: Mapping[str, FinishedJob]  # by uid, every TrainJob finished so far
+    started: Mapping[str, StartedJob] = field(default_factory=lambda: MappingProxyType({}))  # by uid
+    admitted: Mapping[str, AdmittedJob] = field(default_factory=lambda: MappingProxyType({}))  # by uid
 
     def created_since(self, before: TruthSnapshot) -> dict[CreatedKey, int]:
         return _counter_delta(self.created, before.created)
@@ -339,6 +466,12 @@ class TruthSnapshot:
     def terminal_since(self, before: TruthSnapshot) -> list[FinishedJob]:
         return [fin for uid, fin in self.terminal.items() if uid not in before.terminal]
 
+    def started_since(self, before: TruthSnapshot) -> list[StartedJob]:
+        return [job for uid, job in self.started.items() if uid not in before.started]
+
+    def admitted_since(self, before: TruthSnapshot) -> list[AdmittedJob]:
+        return [job for uid, job in self.admitted.items() if uid not in before.admitted]
+
 
 def _counter_delta(after: Mapping[Any, int], before: Mapping[Any, int]) -> dict[Any, int]:
     delta = {key: value - before.get(key, 0) for key, value in after.items()}
@@ -348,7 +481,12 @@ def _counter_delta(after: Mapping[Any, int], before: Mapping[Any, int]) -> dict[
 class Truth:
     """Counts derived from the objects the generator wrote; independent of the service's rules code."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """``clock``: the writer's wall clock (epoch seconds), read at each write to time the first running
+        state (nothing in a TrainJob records when its pods became ready)."""
+        self.clock = clock
+        self.started: dict[str, StartedJob] = {}
+        self.admitted: dict[str, AdmittedJob] = {}
         self.runtimes: dict[RuntimeKey, RuntimeFacts] = {}
         self.created: Counter[CreatedKey] = Counter()
         self.finished: Counter[FinishedKey] = Counter()
@@ -374,10 +512,14 @@ class Truth:
         ref, key = runtime_ref_of(job)
         runtime = self.runtimes.get(key) if key is not None else None
         nodes = requested_nodes(job, runtime)
-        accel_class, accelerators = requested_accelerators(job, runtime, nodes)
         self.created[(namespace, ref)] += 1
         self.requests[uid] = JobRequest(
-            namespace, str(meta.get("name", "")), ref, nodes, accel_class, accelerators, malformed
+            namespace,
+            str(meta.get("name", "")),
+            ref,
+            nodes,
+            requested_accelerators(job, runtime, nodes),
+            malformed,
         )
         self._refs[uid] = ref
         self.job_written(job)
@@ -391,6 +533,8 @@ class Truth:
         if ref is None:  # not created through us: still count its state
             ref = self._refs[uid] = runtime_ref_of(job)[0]
         state, terminal = classify(job)
+        if terminal is None:
+            self._first_running_or_admitted(job, uid, namespace, ref, state)
         if terminal is not None and uid not in self.terminal:
             result, reason, condition = terminal
             self.finished[(result, reason, ref)] += 1
@@ -404,6 +548,23 @@ class Truth:
                 self.resource_version,
             )
         self._move(uid, (namespace, ref, state))
+
+    def _first_running_or_admitted(
+        self, job: Mapping[str, Any], uid: str, namespace: str, ref: str, state: str
+    ) -> None:
+        """docs/design/product.md §3, time to running: an admission (the Resumed condition) counts only before
+        the job first ran, and each of the two at most once per job."""
+        name = str(_dict(job.get("metadata")).get("name", ""))
+        if uid not in self.admitted and uid not in self.started:
+            resumed = resumed_condition(job)
+            if resumed is not None:
+                wait = since_creation(job, parse_time(resumed.get("lastTransitionTime")))
+                if wait is not None:
+                    self.admitted[uid] = AdmittedJob(namespace, name, ref, wait, self.resource_version)
+        if state == "running" and uid not in self.started:
+            startup = since_creation(job, self.clock())
+            if startup is not None:
+                self.started[uid] = StartedJob(namespace, name, ref, startup, self.resource_version)
 
     def job_deleted(self, uid: str, resource_version: int = 0) -> None:
         """The TrainJob ``uid`` is gone from the store."""
@@ -440,6 +601,8 @@ class Truth:
             jobs=MappingProxyType(dict(self.jobs)),
             requests=MappingProxyType(dict(self.requests)),
             terminal=MappingProxyType(dict(self.terminal)),
+            started=MappingProxyType(dict(self.started)),
+            admitted=MappingProxyType(dict(self.admitted)),
         )
 
 

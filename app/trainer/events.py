@@ -1,7 +1,8 @@
 """What the Trainer state tells the metric layer: countable edges and gauge changes.
 
-Countable events carry the resourceVersion of the TrainJob state that produced them, so that a
-new leader can skip what the previous leader already counted (see app/metrics/journal.py).
+Countable events (created, finished, started, admitted) carry the resourceVersion of the TrainJob state
+that produced them, so that a new leader can skip what the previous leader already counted (see
+app/handover/journal.py).
 
 ``since`` 0: the edge happened at ``rv`` (seen on a watch). Otherwise a relist found it: the watch had
 missed it, so the edge happened after ``since`` (the rv the informer held before the gap) and at or before
@@ -17,16 +18,35 @@ from typing import Protocol
 
 @dataclass(frozen=True, slots=True)
 class JobCreated:
-    """A TrainJob first seen after the informer's initial list."""
+    """A TrainJob first seen after the informer's initial list.
+
+    It requests one or more accelerator classes: the first is ``accelerator_class`` /
+    ``requested_accelerators`` ("none" and 0 when it requests none), any further ones are in
+    ``more_accelerators``; ``accelerators`` lists them all, one histogram observation each.
+
+    A request above the ceilings of ``rules.requests_within_ceilings`` is not believed: the job is counted
+    as created, but ``nodes_observed`` / ``accelerators_observed`` are False and the metric layer leaves
+    it out of the requested-nodes / requested-accelerators histograms.
+    """
 
     rv: int  # resourceVersion of the TrainJob state this edge was seen on
     uid: str
     namespace: str
     runtime_ref: str  # bounded label value (see rules.runtime_ref_label)
     requested_nodes: int
-    accelerator_class: str  # resource name containing "gpu", or "none"
+    accelerator_class: str  # accelerator resource name (capped: "other"), or "none"
     requested_accelerators: int  # per-node quantity * nodes; 0 for "none"
     since: int = 0  # see the module docstring
+    # Further (class, per-node quantity * nodes) pairs, for a job requesting several classes (rare: a
+    # field with a default rather than a list in every event keeps the common event as small as before).
+    more_accelerators: tuple[tuple[str, int], ...] = ()
+    nodes_observed: bool = True  # requested_nodes goes into the histogram
+    accelerators_observed: bool = True  # the accelerator counts go into the histogram
+
+    @property
+    def accelerators(self) -> tuple[tuple[str, int], ...]:
+        """Every (accelerator_class, requested_accelerators) pair, classes distinct, in name order."""
+        return ((self.accelerator_class, self.requested_accelerators), *self.more_accelerators)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +56,46 @@ class JobFinished:
     rv: int
     uid: str
     result: str  # "succeeded" | "failed"
-    reason: str  # "none" on success, else one of rules.FAILURE_REASONS or "other"
+    reason: str  # "none" on success, else the failure reason's label (rules.reason_bucket, capped)
     runtime_ref: str
     lifetime_seconds: float | None  # None when a timestamp is missing or unparsable
     namespace: str = ""  # not a label: it names the watch stream the edge came from (hand-over)
     since: int = 0  # see the module docstring
 
 
-CountableEvent = JobCreated | JobFinished
+@dataclass(frozen=True, slots=True)
+class JobStarted:
+    """A TrainJob's first observed running state (some child Job ready; rules.job_state), once per uid.
+
+    ``startup_seconds`` is the time to running: this replica's wall clock when it saw the job running, minus
+    creationTimestamp (no Kubernetes object records when pods became ready, so it is an upper bound: the
+    watch latency is in it, and for a start a relist found, the watch gap). Taken when the edge is seen,
+    so a replica that replays it on takeover observes the value the replica that saw it measured.
+    """
+
+    rv: int
+    uid: str
+    runtime_ref: str
+    startup_seconds: float
+    namespace: str = ""  # not a label: the watch stream the edge came from (hand-over)
+    since: int = 0  # see the module docstring
+
+
+@dataclass(frozen=True, slots=True)
+class JobAdmitted:
+    """A TrainJob's first observed Suspended=False/Resumed condition, before it was ever seen running: a
+    queue (Kueue) admitted a job created suspended. ``wait_seconds``: the condition's lastTransitionTime minus
+    creationTimestamp (both written by the cluster, so exact to the second), once per uid."""
+
+    rv: int
+    uid: str
+    runtime_ref: str
+    wait_seconds: float
+    namespace: str = ""  # not a label: the watch stream the edge came from (hand-over)
+    since: int = 0  # see the module docstring
+
+
+CountableEvent = JobCreated | JobFinished | JobStarted | JobAdmitted
 
 # (namespace, runtime_ref, state) with state in rules.JOB_STATES
 GaugeKey = tuple[str, str, str]

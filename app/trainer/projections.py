@@ -1,182 +1,49 @@
-"""Compact projections of TrainJobs and (Cluster)TrainingRuntimes, and their ``Projector``s.
+"""Compact projections of TrainJobs and (Cluster)TrainingRuntimes: what an informer caches per object.
 
 An informer keeps one projection per object instead of its JSON: a TrainJob's 2-5 KB (mostly
-managedFields) shrinks to what the metrics read. Two ways in, one result:
-
-- typed (fast path): msgspec decodes the watch/list JSON straight into ``*Wire`` structs that name
-  only the needed paths (unknown fields are skipped at C speed), then ``from_wire`` projects them;
-- tolerant (``from_json``): for an object the typed decoder rejects (a string numNodes, a null
-  quantity, a list where a map belongs...), it walks the generic JSON value and salvages what it
-  can. It never raises; it returns ``None`` only when the key or uid cannot be determined.
-
-Both paths feed the same builder and the same pure rules (app/trainer/rules.py), so they agree on
-every well-formed object (tests check this over every manifest in app/sim/data).
+managedFields) shrinks to what the metrics read. The builders at the end of this module make them
+from field values; the projectors (app/trainer/projectors.py) read those values off the wire
+structs or the generic JSON.
 
 Memory: projections are ``gc=False`` msgspec structs (no GC header; they only hold strings,
 numbers and None, so they cannot be part of a cycle); repeated strings (namespace, runtime
-ref label, accelerator class, condition reason) are interned; the job's ``name`` is derived from
-``key`` instead of stored and its four booleans share one small int. tests/trainer/test_memory.py
-measures the bytes per TrainJob.
+ref label, condition reason) and resource lists are interned; the job's ``name`` is derived from
+``key`` instead of stored, its booleans share one small int, and its uid and resourceVersion are
+stored compactly. tests/trainer/test_memory.py measures the bytes per TrainJob.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Final
+from collections.abc import Iterable
+from typing import Any, Final
 
 import msgspec
 
 from app.trainer import rules
-
-_MAX_REASON: Final = 64  # a condition reason is a CamelCase word; never keep a long one
-
-# A quantity in a ResourceList: a string ("500m"), or a number when the object was written as YAML.
-Quantity = int | float | str
-
-
-# --- wire types: only the JSON paths the metrics read ------------------------------------------
-
-
-class _Resources(msgspec.Struct, forbid_unknown_fields=False):
-    requests: dict[str, Quantity] | None = None
-    limits: dict[str, Quantity] | None = None
-
-
-# name and uid have no default and must not be empty: an object without them fails typed decoding and
-# goes through from_json, which drops it (no key / uid to track it by). The typed path admits only what
-# from_json admits.
-_NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
-
-
-class _JobMeta(msgspec.Struct, forbid_unknown_fields=False):
-    name: _NonEmpty
-    uid: _NonEmpty
-    namespace: str = ""
-    resourceVersion: str = ""
-    generation: int | None = None
-    creationTimestamp: str | None = None
-
-
-class _RuntimeRef(msgspec.Struct, forbid_unknown_fields=False):
-    name: str = ""
-    apiGroup: str | None = None
-    kind: str | None = None
-
-
-class _Trainer(msgspec.Struct, forbid_unknown_fields=False):
-    numNodes: int | None = None
-    resourcesPerNode: _Resources | None = None
-
-
-class _JobSpec(msgspec.Struct, forbid_unknown_fields=False):
-    runtimeRef: _RuntimeRef | None = None
-    trainer: _Trainer | None = None
-    suspend: bool | None = None
-
-
-class _Condition(msgspec.Struct, forbid_unknown_fields=False):
-    type: str = ""
-    status: str = ""
-    reason: str = ""
-    lastTransitionTime: str | None = None
-
-
-class _ChildJobStatus(msgspec.Struct, forbid_unknown_fields=False):
-    active: int | None = None
-
-
-class _JobStatus(msgspec.Struct, forbid_unknown_fields=False):
-    conditions: list[_Condition] | None = None
-    jobsStatus: list[_ChildJobStatus] | None = None
-
-
-class TrainJobWire(msgspec.Struct, forbid_unknown_fields=False):
-    """The parts of a TrainJob that the metrics read."""
-
-    metadata: _JobMeta
-    spec: _JobSpec | None = None
-    status: _JobStatus | None = None
-
-
-class _RuntimeMeta(msgspec.Struct, forbid_unknown_fields=False):
-    name: _NonEmpty
-    uid: _NonEmpty
-    namespace: str = ""
-    resourceVersion: str = ""
-    labels: dict[str, str] | None = None
-
-
-class _Container(msgspec.Struct, forbid_unknown_fields=False):
-    name: str = ""
-    resources: _Resources | None = None
-
-
-class _PodSpec(msgspec.Struct, forbid_unknown_fields=False):
-    containers: list[_Container] | None = None
-
-
-class _PodTemplate(msgspec.Struct, forbid_unknown_fields=False):
-    spec: _PodSpec | None = None
-
-
-class _JobTemplateSpec(msgspec.Struct, forbid_unknown_fields=False):
-    template: _PodTemplate | None = None
-
-
-class _TemplateMeta(msgspec.Struct, forbid_unknown_fields=False):
-    labels: dict[str, str] | None = None
-
-
-class _JobTemplate(msgspec.Struct, forbid_unknown_fields=False):
-    metadata: _TemplateMeta | None = None
-    spec: _JobTemplateSpec | None = None
-
-
-class _ReplicatedJob(msgspec.Struct, forbid_unknown_fields=False):
-    name: str = ""
-    template: _JobTemplate | None = None
-
-
-class _JobSetSpec(msgspec.Struct, forbid_unknown_fields=False):
-    replicatedJobs: list[_ReplicatedJob] | None = None
-
-
-class _JobSetTemplate(msgspec.Struct, forbid_unknown_fields=False):
-    spec: _JobSetSpec | None = None
-
-
-class _RuntimeSpec(msgspec.Struct, forbid_unknown_fields=False):
-    # The policies are small and their recognition needs the set of keys (an mlPolicy with only an
-    # unknown policy is "unknown"), so they stay generic; the rules read both paths the same way.
-    mlPolicy: Any = None
-    podGroupPolicy: Any = None
-    template: _JobSetTemplate | None = None
-
-
-class RuntimeWire(msgspec.Struct, forbid_unknown_fields=False):
-    """The parts of a TrainingRuntime / ClusterTrainingRuntime that the metrics read."""
-
-    metadata: _RuntimeMeta
-    spec: _RuntimeSpec | None = None
-
-
-# --- projections -------------------------------------------------------------------------------
-
+from app.trainer.progress import TrainerProgress
+from app.trainer.wire import Condition
 
 # TrainJobProjection.flags bits (booleans in one small int: saves 24 B per job).
 SUSPEND: Final = 1  # spec.suspend
 SUSPENDED_CONDITION: Final = 2  # the Suspended condition is True (False/"Resumed" means resumed)
-ACTIVE: Final = 4  # some status.jobsStatus[].active > 0
+READY: Final = 4  # some status.jobsStatus[].ready > 0 (rules.job_state: running, not pending)
 MALFORMED: Final = 8  # some field was unusable and a default was taken instead
 BAD_NAMESPACE: Final = 16  # metadata.namespace is not a DNS-1123 label: labels say "unknown" instead
+RESUMED: Final = 32  # the Suspended condition is False with reason Resumed (admitted; rules.job_conditions)
 
-# job_state(result="", ...) by flags & (SUSPEND | SUSPENDED_CONDITION | ACTIVE): no call per event.
+# rules.job_state(result="", ...) by flags & (SUSPEND | SUSPENDED_CONDITION | READY), built from the
+# rule itself: the per-event paths look the state up instead of calling it.
 STATE_BY_FLAGS: Final = tuple(
-    rules.job_state("", bool(f & SUSPEND), bool(f & SUSPENDED_CONDITION), bool(f & ACTIVE)) for f in range(8)
+    rules.job_state("", bool(f & SUSPEND), bool(f & SUSPENDED_CONDITION), bool(f & READY)) for f in range(8)
 )
 
 _MAX_RV_DIGITS: Final = 18  # an int64 resourceVersion; longer ones stay strings
+_MAX_REASON: Final = rules.MAX_REASON_LABEL  # never keep a long reason: see _reason
+
+# (name, template labels, template spec parallelism, containers as (name, (requests, limits) or None))
+# of a replicated job
+ReplicatedJobParts = tuple[object, object, object, Iterable[tuple[object, object]]]
 
 
 def compact_uid(uid: str) -> bytes | str:
@@ -193,8 +60,8 @@ def compact_uid(uid: str) -> bytes | str:
     return uid
 
 
-def _same_uid_text(stored: bytes | str, uid: str) -> bool:
-    """``compact_uid(uid) == stored``, without building the bytes (the per-event check)."""
+def same_uid_text(stored: bytes | str, uid: str) -> bool:
+    """``compact_uid(uid) == stored``, without building the bytes (checked on every watch event)."""
     if type(stored) is str:
         return stored == uid
     # exactly four dashes at the UUID positions and the rest the lowercase hex of the stored bytes
@@ -218,6 +85,19 @@ def compact_rv(resource_version: str) -> int | str:
     return rv
 
 
+class JobExtra(msgspec.Struct, frozen=True, gc=False):
+    """The parts of a TrainJob's status that few jobs have, kept off the projection itself.
+
+    Why one optional pointer: a projection with one field more still fits CPython's 16-byte allocation
+    class (120 -> 128 bytes), two more would not (136 -> 144), and every job pays for a field while few
+    jobs have these (P3, bytes per TrainJob)."""
+
+    # lastTransitionTime of the Suspended=False/Resumed condition: when the job was admitted (resumed).
+    resumed_time: float | None = None
+    # status.trainerStatus, projected only while the per-TrainJob series are on (app/trainer/progress.py).
+    progress: TrainerProgress | None = None
+
+
 class _TrainJobFields(msgspec.Struct, frozen=True, gc=False):
     key: str  # "namespace/name"
     # metadata.uid as compact_uid stores it (16 bytes for a UUID); ``uid`` gives the string.
@@ -231,17 +111,17 @@ class _TrainJobFields(msgspec.Struct, frozen=True, gc=False):
     # of a runtime); "unknown" when it cannot name a Trainer runtime. Before the state's cap.
     runtime_ref: str
     num_nodes: int | None  # spec.trainer.numNodes as given (0 is legal); None when unset or unusable
-    # From spec.trainer.resourcesPerNode: None when the job sets no resourcesPerNode (the runtime's
-    # trainer container decides), "none" when it sets some but no accelerator, else the resource name.
-    accelerator_class: str | None
-    accelerators_per_node: int
+    # spec.trainer.resourcesPerNode as rules.node_resources keeps it (interned: jobs of one template share
+    # it); None when the job sets none. Merged into the runtime's node container when the job is counted.
+    resources: rules.NodeResources | None
     result: str  # "" while not terminal, else "succeeded" | "failed" (Failed True beats Complete True)
     reason: str  # raw reason of the terminal condition (interned, capped), "" when not terminal
     terminal_time: float | None  # lastTransitionTime of the terminal condition
-    flags: int = 0  # SUSPEND | SUSPENDED_CONDITION | ACTIVE | MALFORMED | BAD_NAMESPACE
+    flags: int = 0  # SUSPEND | SUSPENDED_CONDITION | READY | MALFORMED | BAD_NAMESPACE
     # metadata.generation (bumped by the API server on every spec change; None when absent): the spec
     # part of the projection is reused from the cached one while (uid, generation) are unchanged.
     generation: int | None = None
+    extra: JobExtra | None = None  # resumed time and trainer progress, when the job has either
 
     def __post_init__(self) -> None:
         # Whoever builds one (tests, the debug API...) gets the same compact representation as the
@@ -298,8 +178,8 @@ class TrainJobProjection(_TrainJobFields, frozen=True, gc=False):
         return bool(self.flags & SUSPENDED_CONDITION)
 
     @property
-    def active(self) -> bool:
-        return bool(self.flags & ACTIVE)
+    def ready(self) -> bool:
+        return bool(self.flags & READY)
 
     @property
     def malformed(self) -> bool:
@@ -308,6 +188,21 @@ class TrainJobProjection(_TrainJobFields, frozen=True, gc=False):
     @property
     def terminal(self) -> bool:
         return bool(self.result)
+
+    @property
+    def resumed(self) -> bool:
+        """The Suspended condition is False with reason Resumed: a queue (or a person) admitted the job."""
+        return bool(self.flags & RESUMED)
+
+    @property
+    def resumed_time(self) -> float | None:
+        extra = self.extra
+        return extra.resumed_time if extra is not None else None
+
+    @property
+    def progress(self) -> TrainerProgress | None:
+        extra = self.extra
+        return extra.progress if extra is not None else None
 
     @property
     def state(self) -> str:
@@ -330,19 +225,25 @@ class RuntimeProjection(msgspec.Struct, frozen=True, gc=False):
     framework: str  # trainer.kubeflow.org/framework label, "unknown" when missing
     num_nodes: int | None  # spec.mlPolicy.numNodes (no CRD default)
     run_launcher_as_node: bool  # spec.mlPolicy.mpi.runLauncherAsNode
-    accelerator_class: str  # from the trainer `node` container; "none" when it requests none
-    accelerators_per_node: int
+    # The node count the controller gives the trainer job when the TrainJob sets none
+    # (rules.runtime_default_nodes: mlPolicy.numNodes, else the template's parallelism, else 1).
+    default_nodes: int
+    # requests and limits of the trainer job's `node` container (runtime_trainer): the base a TrainJob's
+    # resourcesPerNode merges into; rules.NO_RESOURCES when there is no such container.
+    node_resources: rules.NodeResources
+    merges_job_resources: bool  # the controller merges a TrainJob's resourcesPerNode into it
     malformed: bool = False
 
 
-# --- shared builders ---------------------------------------------------------------------------
+# --- builders: both decoding paths end here -----------------------------------------------------
 
 
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _key(namespace: str, name: str) -> str:
+def object_key(namespace: str, name: str) -> str:
+    """The informer's cache key: "namespace/name", or "name" for a cluster-scoped object."""
     return f"{namespace}/{name}" if namespace else name
 
 
@@ -353,23 +254,77 @@ def _generation(value: object) -> int | None:
     return None
 
 
-def _status_part(conditions: list[rules.Condition], active: bool) -> tuple[str, str, float | None, int, bool]:
-    """(result, reason, terminal_time, status flags, malformed) from the conditions and jobsStatus."""
-    malformed = False
-    terminal = rules.terminal_condition(conditions)
-    if terminal is None:
-        result, reason, terminal_time = "", "", None
-    else:
-        result, raw_reason, ltt = terminal
-        reason = sys.intern(raw_reason[:_MAX_REASON])
-        terminal_time = rules.parse_time(ltt)
-        if terminal_time is None and ltt is not None:
-            malformed = True
-    flags = (SUSPENDED_CONDITION if rules.suspended_condition(conditions) else 0) | (ACTIVE if active else 0)
-    return result, reason, terminal_time, flags, malformed
+def job_with_status(  # noqa: PLR0917 - positional: keyword passing costs ~75 ns more per watch event
+    key: str,
+    uid: bytes | str,
+    namespace: str,
+    resource_version: int | str,
+    created: float | None,
+    runtime_ref: str,
+    num_nodes: int | None,
+    resources: rules.NodeResources | None,
+    generation: int | None,
+    flags: int,
+    conditions: list[Condition] | None,
+    ready: bool,
+    progress: TrainerProgress | None = None,
+) -> TrainJobProjection:
+    """The projection of a job whose spec part is known (``flags``: its SUSPEND, BAD_NAMESPACE and
+    MALFORMED bits), with the status part derived from ``conditions``, ``ready`` and ``progress`` (the
+    trainerStatus, None unless the per-TrainJob series are on). An incremental update (nearly every watch
+    event) comes straight here with the cached projection's spec part.
+    """
+    result, reason, terminal_time = "", "", None
+    extra = None
+    if conditions:
+        result, terminal, suspended, resumed = rules.job_conditions(conditions)
+        if suspended:
+            flags |= SUSPENDED_CONDITION
+        if terminal is not None:
+            reason = _reason(terminal.reason)
+            ltt = terminal.lastTransitionTime
+            terminal_time = rules.parse_time(ltt)
+            if terminal_time is None and ltt is not None:
+                flags |= MALFORMED
+        if resumed is not None:
+            flags |= RESUMED
+            ltt = resumed.lastTransitionTime
+            resumed_time = rules.parse_time(ltt)
+            if resumed_time is None and ltt is not None:
+                flags |= MALFORMED
+            extra = JobExtra(resumed_time, progress)
+    if ready:
+        flags |= READY
+    if progress is not None and extra is None:
+        extra = JobExtra(None, progress)
+    return TrainJobProjection(
+        key,
+        uid,
+        namespace,
+        resource_version,
+        created,
+        runtime_ref,
+        num_nodes,
+        resources,
+        result,
+        reason,
+        terminal_time,
+        flags,
+        generation,
+        extra,
+    )
 
 
-def _build_job(
+def _reason(reason: str) -> str:
+    """The terminal reason as kept (interned). One longer than rules.MAX_REASON_LABEL is cut, and marked
+    with a trailing "…", which no well-formed reason has: cutting alone could leave a 64-character
+    CamelCase prefix that would pass for a reason of its own (and a label value)."""
+    if len(reason) > _MAX_REASON:
+        reason = reason[: _MAX_REASON - 1] + "…"
+    return sys.intern(reason)
+
+
+def build_job(
     *,
     name: str,
     uid: str,
@@ -383,25 +338,24 @@ def _build_job(
     num_nodes: object,
     resources: tuple[object, object] | None,
     suspend: object,
-    conditions: list[rules.Condition],
-    active: bool,
+    conditions: list[Condition] | None,
+    ready: bool,
     malformed: bool,
+    progress: TrainerProgress | None = None,
 ) -> TrainJobProjection:
+    """A TrainJob's projection from its fields as found (of any JSON type): an unusable value takes
+    its default and sets MALFORMED, as does ``malformed`` (the caller's own findings)."""
     created = rules.parse_time(creation_timestamp)
     if created is None:
         malformed = True  # every stored object has a creationTimestamp
     nodes, bad = rules.coerce_count(num_nodes)
     malformed |= bad
-    if resources is None:
-        cls: str | None = None
-        per_node = 0
-    else:
-        cls, per_node, bad = rules.select_accelerator(resources[0], resources[1])
+    node_resources: rules.NodeResources | None = None
+    if resources is not None:
+        node_resources, bad = rules.node_resources(resources[0], resources[1])
         malformed |= bad
     if suspend is not None and not isinstance(suspend, bool):
         malformed = True
-    result, reason, terminal_time, status_flags, bad = _status_part(conditions, active)
-    malformed |= bad
     group, kind, rname = _str(ref_group), _str(ref_kind), _str(ref_name)
     if rname is None or (ref_group is not None and group is None) or (ref_kind is not None and kind is None):
         malformed = True
@@ -413,46 +367,75 @@ def _build_job(
     bad_namespace = not rules.is_dns_label(namespace)  # a real API server only sends DNS labels
     flags = (
         (SUSPEND if suspend is True else 0)
-        | status_flags
         | (BAD_NAMESPACE if bad_namespace else 0)
         | (MALFORMED if malformed or bad_namespace else 0)
     )
-    return TrainJobProjection(
-        key=_key(namespace, name),
-        uid=compact_uid(uid),
-        namespace=namespace,
-        resource_version=compact_rv(rv),
-        created=created,
-        runtime_ref=runtime_ref,
-        num_nodes=nodes,
-        accelerator_class=cls,
-        accelerators_per_node=per_node,
-        result=result,
-        reason=reason,
-        terminal_time=terminal_time,
-        flags=flags,
-        generation=_generation(generation),
+    return job_with_status(
+        object_key(namespace, name),
+        compact_uid(uid),
+        namespace,
+        compact_rv(rv),
+        created,
+        runtime_ref,
+        nodes,
+        node_resources,
+        _generation(generation),
+        flags,
+        conditions,
+        ready,
+        progress,
     )
 
 
-def _trainer_container_resources(
-    replicated_jobs: Iterable[tuple[object, object, Iterable[tuple[object, object]]]],
-) -> tuple[object, object] | None:
-    """(requests, limits) of the ``node`` container of the first trainer replicated job (#4190).
+def runtime_trainer(
+    replicated_jobs: Iterable[ReplicatedJobParts], ml_policy_obj: object
+) -> tuple[int, rules.NodeResources, bool, bool]:
+    """(default node count, trainer ``node`` container resources, whether a TrainJob's resourcesPerNode
+    merges into them, malformed) of a runtime's JobSet template, read as the controller reads it
+    (kubeflow/trainer v2.3.0 ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo).
 
-    ``replicated_jobs`` yields (name, template labels, containers as (name, resources)); resources
-    is a (requests, limits) pair or None.
+    - The node count comes from the controller's trainer PodSet: the first replicated job labelled
+      ancestor ``trainer`` (else, for runtimes without the label, the one named ``node``):
+      rules.runtime_default_nodes.
+    - The resources come from the ``node`` container of the first replicated job named ``node`` or
+      labelled ancestor ``trainer`` (the controller's own ``ExtractResourcePerNodeFromRuntime`` in
+      ``pkg/runtime/runtime.go``, and #4190's choice; for MPI runtimes with ``runLauncherAsNode`` this
+      is the ``node`` worker job, into which the controller merges resourcesPerNode as into the
+      launcher). Runtime patches (``spec.runtimePatches``) are not applied.
     """
-    for job_name, labels, containers in replicated_jobs:
-        if not rules.is_trainer_replicated_job(job_name, labels):
-            continue
-        for container_name, resources in containers:
-            if container_name == rules.NODE:
-                return resources if isinstance(resources, tuple) else None
-    return None
+    malformed = False
+    counted: tuple[bool, object] | None = None  # (ancestor-labelled, parallelism) of the trainer PodSet
+    resources: tuple[rules.NodeResources, bool] | None = None  # (resources, merges)
+    for job_name, labels, parallelism, containers in replicated_jobs:
+        ancestor = rules.is_trainer_ancestor(labels)
+        if ancestor and (counted is None or not counted[0]):
+            counted = (True, parallelism)
+        elif counted is None and job_name == rules.NODE:
+            counted = (False, parallelism)
+        if resources is None and (ancestor or job_name == rules.NODE):
+            for container_name, container_resources in containers:
+                if container_name != rules.NODE:
+                    continue
+                if isinstance(container_resources, tuple):
+                    res, bad = rules.node_resources(container_resources[0], container_resources[1])
+                    malformed |= bad
+                else:
+                    res = rules.NO_RESOURCES
+                resources = (res, rules.merges_job_resources(ml_policy_obj, job_name, ancestor))
+                break
+    nodes = 1
+    if counted is not None:
+        count, bad = rules.coerce_count(counted[1])
+        malformed |= bad
+        nodes = rules.runtime_default_nodes(
+            ml_policy_obj is not None, rules.runtime_num_nodes(ml_policy_obj)[0], counted[0], count
+        )
+    if resources is None:
+        return nodes, rules.NO_RESOURCES, False, malformed
+    return nodes, resources[0], resources[1], malformed
 
 
-def _build_runtime(
+def build_runtime(
     *,
     kind: str,
     namespaced: bool,
@@ -463,21 +446,19 @@ def _build_runtime(
     labels: object,
     ml_policy_obj: object,
     pod_group_policy_obj: object,
-    container_resources: tuple[object, object] | None,
+    replicated_jobs: Iterable[ReplicatedJobParts],
     malformed: bool,
 ) -> RuntimeProjection:
+    """A runtime's projection from its fields as found (see ``build_job``)."""
     ns = sys.intern(namespace) if namespaced and isinstance(namespace, str) else ""
     if namespaced and not ns:
         malformed = True
     num_nodes, bad = rules.runtime_num_nodes(ml_policy_obj)
     malformed |= bad
-    if container_resources is None:
-        cls, per_node = rules.NONE, 0
-    else:
-        cls, per_node, bad = rules.select_accelerator(container_resources[0], container_resources[1])
-        malformed |= bad
+    default_nodes, node_resources, merges, bad = runtime_trainer(replicated_jobs, ml_policy_obj)
+    malformed |= bad
     return RuntimeProjection(
-        key=_key(ns, name),
+        key=object_key(ns, name),
         uid=uid,
         namespace=ns,
         name=name,
@@ -489,307 +470,8 @@ def _build_runtime(
         framework=rules.framework(labels),
         num_nodes=num_nodes,
         run_launcher_as_node=rules.run_launcher_as_node(ml_policy_obj),
-        accelerator_class=cls,
-        accelerators_per_node=per_node,
+        default_nodes=default_nodes,
+        node_resources=node_resources,
+        merges_job_resources=merges,
         malformed=malformed,
     )
-
-
-# --- tolerant JSON walking ---------------------------------------------------------------------
-
-
-def _get(obj: object, *path: str) -> object:
-    """obj[path[0]][path[1]]...; None as soon as a step is not a JSON object or lacks the key."""
-    for step in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(step)
-    return obj
-
-
-def _list(obj: object) -> list[Any]:
-    return obj if isinstance(obj, list) else []
-
-
-def _json_resources(obj: object) -> tuple[object, object] | None:
-    if obj is None:
-        return None
-    if not isinstance(obj, Mapping):
-        return obj, None  # select_accelerator flags a non-mapping as malformed, finds no accelerator
-    return obj.get("requests"), obj.get("limits")
-
-
-# --- projectors --------------------------------------------------------------------------------
-
-
-class TrainJobProjector:
-    """``Projector[TrainJobProjection]`` for the TrainJob informer.
-
-    Incremental: ``from_wire(wire, previous)`` reuses the spec part of the cached projection of the
-    same object (``previous``, found by ``wire_key``) when its uid and ``metadata.generation`` are
-    unchanged (the API server bumps generation on every spec change; a status write, i.e. nearly
-    every watch event, leaves it alone), so an update re-derives only the status part. The result
-    equals a full projection whenever the spec is unchanged.
-    """
-
-    wire_type: type = TrainJobWire
-
-    def wire_key(self, wire: Any) -> str:
-        """The cache key the projection of ``wire`` will have (to look ``previous`` up)."""
-        meta: _JobMeta = wire.metadata
-        return _key(meta.namespace, meta.name)
-
-    @staticmethod
-    def same_uid(a: TrainJobProjection, b: TrainJobProjection) -> bool:
-        """``a.uid == b.uid`` without rebuilding the strings."""
-        same: bool = a.uid_key == b.uid_key
-        return same
-
-    def from_wire(self, wire: Any, previous: TrainJobProjection | None = None) -> TrainJobProjection:
-        w: TrainJobWire = wire
-        meta = w.metadata
-        if previous is not None and not previous.flags & MALFORMED:
-            generation = meta.generation
-            if generation is not None and generation == previous.generation:
-                key = _key(meta.namespace, meta.name)
-                if key == previous.key:
-                    uid = previous.uid_key
-                    if _same_uid_text(uid, meta.uid):
-                        return self._status_update(w, previous, uid, generation)
-        spec = w.spec
-        ref = spec.runtimeRef if spec is not None else None
-        trainer = spec.trainer if spec is not None else None
-        rpn = trainer.resourcesPerNode if trainer is not None else None
-        status = w.status
-        conditions: list[rules.Condition] = []
-        active = False
-        if status is not None:
-            if status.conditions:
-                conditions = [(c.type, c.status, c.reason, c.lastTransitionTime) for c in status.conditions]
-            if status.jobsStatus:
-                active = any((j.active or 0) > 0 for j in status.jobsStatus)
-        return _build_job(
-            name=meta.name,
-            uid=meta.uid,
-            namespace=meta.namespace,
-            resource_version=meta.resourceVersion,
-            generation=meta.generation,
-            creation_timestamp=meta.creationTimestamp,
-            ref_group=ref.apiGroup if ref is not None else None,
-            ref_kind=ref.kind if ref is not None else None,
-            ref_name=ref.name if ref is not None else None,
-            num_nodes=trainer.numNodes if trainer is not None else None,
-            resources=(rpn.requests, rpn.limits) if rpn is not None else None,
-            suspend=spec.suspend if spec is not None else None,
-            conditions=conditions,
-            active=active,
-            malformed=False,  # name and uid are non-empty (_JobMeta)
-        )
-
-    @staticmethod
-    def _status_update(
-        w: TrainJobWire, previous: TrainJobProjection, uid: bytes | str, generation: int
-    ) -> TrainJobProjection:
-        """A new projection with ``previous``'s spec part (a well-formed one) and ``w``'s status: the
-        same rules as ``_status_part``, over the wire structs (no tuples per condition)."""
-        result, reason, terminal_time = "", "", None
-        flags = 0
-        status = w.status
-        if status is not None:
-            conditions = status.conditions
-            if conditions:
-                failed = complete = None
-                for c in conditions:
-                    if c.status == "True":
-                        ctype = c.type
-                        if ctype == "Failed":
-                            if failed is None:
-                                failed = c
-                        elif ctype == "Complete":
-                            if complete is None:
-                                complete = c
-                        elif ctype == "Suspended":
-                            flags = SUSPENDED_CONDITION
-                terminal = failed if failed is not None else complete
-                if terminal is not None:
-                    result = rules.FAILED if failed is not None else rules.SUCCEEDED
-                    reason = sys.intern(terminal.reason[:_MAX_REASON])
-                    ltt = terminal.lastTransitionTime
-                    terminal_time = rules.parse_time(ltt)
-                    if terminal_time is None and ltt is not None:
-                        flags |= MALFORMED
-            jobs = status.jobsStatus
-            if jobs:
-                for j in jobs:
-                    if (j.active or 0) > 0:
-                        flags |= ACTIVE
-                        break
-        spec = w.spec
-        if spec is not None and spec.suspend is True:
-            flags |= SUSPEND
-        return TrainJobProjection(
-            previous.key,
-            uid,
-            previous.namespace,
-            compact_rv(w.metadata.resourceVersion),
-            previous.created,
-            previous.runtime_ref,
-            previous.num_nodes,
-            previous.accelerator_class,
-            previous.accelerators_per_node,
-            result,
-            reason,
-            terminal_time,
-            flags,
-            generation,
-        )
-
-    def from_json(self, obj: Any) -> TrainJobProjection | None:
-        try:
-            return self._from_json(obj)
-        except Exception:  # never let one object break an informer; the caller logs the drop
-            return None
-
-    def _from_json(self, obj: object) -> TrainJobProjection | None:
-        name, uid = _get(obj, "metadata", "name"), _get(obj, "metadata", "uid")
-        if not isinstance(name, str) or not name or not isinstance(uid, str) or not uid:
-            return None
-        namespace = _get(obj, "metadata", "namespace")
-        malformed = not isinstance(namespace, str)
-        conditions: list[rules.Condition] = []
-        status_conditions = _get(obj, "status", "conditions")
-        if status_conditions is not None and not isinstance(status_conditions, list):
-            malformed = True
-        for cond in _list(status_conditions):
-            if isinstance(cond, Mapping):
-                conditions.append(
-                    (cond.get("type"), cond.get("status"), cond.get("reason"), cond.get("lastTransitionTime"))
-                )
-            else:
-                malformed = True
-        status = _get(obj, "status")
-        if status is not None and not isinstance(status, Mapping):
-            malformed = True
-        active = False
-        for child in _list(_get(obj, "status", "jobsStatus")):
-            count = _get(child, "active")
-            if isinstance(count, int | float) and not isinstance(count, bool):
-                active |= count > 0
-            elif count is not None:
-                malformed = True
-        rv = _get(obj, "metadata", "resourceVersion")
-        malformed |= not isinstance(rv, str)
-        return _build_job(
-            name=name,
-            uid=uid,
-            namespace=namespace if isinstance(namespace, str) else "",
-            resource_version=rv,
-            generation=_get(obj, "metadata", "generation"),
-            creation_timestamp=_get(obj, "metadata", "creationTimestamp"),
-            ref_group=_get(obj, "spec", "runtimeRef", "apiGroup"),
-            ref_kind=_get(obj, "spec", "runtimeRef", "kind"),
-            ref_name=_get(obj, "spec", "runtimeRef", "name"),
-            num_nodes=_get(obj, "spec", "trainer", "numNodes"),
-            resources=_json_resources(_get(obj, "spec", "trainer", "resourcesPerNode")),
-            suspend=_get(obj, "spec", "suspend"),
-            conditions=conditions,
-            active=active,
-            malformed=malformed,
-        )
-
-
-class RuntimeProjector:
-    """``Projector[RuntimeProjection]`` for one runtime kind (the object's own ``kind`` field is
-    not relied upon: list items may omit it)."""
-
-    wire_type: type = RuntimeWire
-
-    def __init__(self, kind: str) -> None:
-        if kind not in rules.RUNTIME_KINDS:
-            raise ValueError(f"not a Trainer runtime kind: {kind!r}")
-        self.kind = kind
-        self.namespaced = kind == rules.TRAINING_RUNTIME_KIND
-
-    def from_wire(self, wire: Any) -> RuntimeProjection:
-        w: RuntimeWire = wire
-        meta = w.metadata
-        spec = w.spec
-        replicated: list[_ReplicatedJob] = []
-        if spec is not None and spec.template is not None and spec.template.spec is not None:
-            replicated = spec.template.spec.replicatedJobs or []
-        return _build_runtime(
-            kind=self.kind,
-            namespaced=self.namespaced,
-            name=meta.name,
-            uid=meta.uid,
-            namespace=meta.namespace,
-            resource_version=meta.resourceVersion,
-            labels=meta.labels,
-            ml_policy_obj=spec.mlPolicy if spec is not None else None,
-            pod_group_policy_obj=spec.podGroupPolicy if spec is not None else None,
-            container_resources=_trainer_container_resources(_wire_replicated_jobs(replicated)),
-            malformed=False,  # name and uid are non-empty (_RuntimeMeta)
-        )
-
-    def from_json(self, obj: Any) -> RuntimeProjection | None:
-        try:
-            return self._from_json(obj)
-        except Exception:  # never let one object break an informer
-            return None
-
-    def _from_json(self, obj: object) -> RuntimeProjection | None:
-        name, uid = _get(obj, "metadata", "name"), _get(obj, "metadata", "uid")
-        if not isinstance(name, str) or not name or not isinstance(uid, str) or not uid:
-            return None
-        return _build_runtime(
-            kind=self.kind,
-            namespaced=self.namespaced,
-            name=name,
-            uid=uid,
-            namespace=_get(obj, "metadata", "namespace"),
-            resource_version=_get(obj, "metadata", "resourceVersion"),
-            labels=_get(obj, "metadata", "labels"),
-            ml_policy_obj=_get(obj, "spec", "mlPolicy"),
-            pod_group_policy_obj=_get(obj, "spec", "podGroupPolicy"),
-            container_resources=_trainer_container_resources(
-                _json_replicated_jobs(_get(obj, "spec", "template", "spec", "replicatedJobs"))
-            ),
-            malformed=False,
-        )
-
-
-def _wire_replicated_jobs(
-    replicated: list[_ReplicatedJob],
-) -> Iterable[tuple[object, object, Iterable[tuple[object, object]]]]:
-    for rj in replicated:
-        template = rj.template
-        labels = template.metadata.labels if template is not None and template.metadata is not None else None
-        containers: list[_Container] = []
-        if template is not None and template.spec is not None and template.spec.template is not None:
-            pod_spec = template.spec.template.spec
-            containers = (pod_spec.containers or []) if pod_spec is not None else []
-        yield (
-            rj.name,
-            labels,
-            (
-                (c.name, (c.resources.requests, c.resources.limits) if c.resources is not None else None)
-                for c in containers
-            ),
-        )
-
-
-def _json_replicated_jobs(
-    replicated: object,
-) -> Iterable[tuple[object, object, Iterable[tuple[object, object]]]]:
-    for rj in _list(replicated):
-        containers = _list(_get(rj, "template", "spec", "template", "spec", "containers"))
-        yield (
-            _get(rj, "name"),
-            _get(rj, "template", "metadata", "labels"),
-            ((_get(c, "name"), _json_resources(_get(c, "resources"))) for c in containers),
-        )
-
-
-TRAINJOB_PROJECTOR: Final = TrainJobProjector()
-TRAINING_RUNTIME_PROJECTOR: Final = RuntimeProjector(rules.TRAINING_RUNTIME_KIND)
-CLUSTER_TRAINING_RUNTIME_PROJECTOR: Final = RuntimeProjector(rules.CLUSTER_TRAINING_RUNTIME_KIND)

@@ -1,7 +1,7 @@
 """TrainerState: informer notifications in, app/trainer/events.py events out.
 
-It holds the runtime snapshot, the TrainJob gauge table and the terminal-dedup set, and decides
-what is countable (product.md §3 and §6):
+It holds the runtime snapshot, the TrainJob gauge (app/trainer/refs.py) and the terminal-dedup set
+(app/trainer/terminal.py), and decides what is countable (docs/design/product.md §3 and §6):
 
 - created: a TrainJob added after the initial list (``on_added(initial=False)``), once per uid;
 - finished: the first not-terminal → terminal edge per uid. A job terminal in the initial list is
@@ -9,63 +9,86 @@ what is countable (product.md §3 and §6):
   was down) counts created AND finished; duplicate terminal updates, relists and re-adds of a uid
   never recount. The dedup entry is dropped on delete; a small bounded tombstone set of recently
   deleted uids keeps a spurious delete + re-add of the same uid from recounting.
+- started (time to running): the first observed running state per uid, mirroring finished. A job
+  running in the initial list started before we looked: not observed, and never later either (it ran);
+  one not running in the initial list is observed when it first runs; one added later already running
+  (created and started while the watch was down) is observed; a job that leaves running and runs again
+  (preempted, pods lost) is not observed again. A job that reaches a terminal state without ever being
+  seen running (failed before its pods were ready, or created, run and finished within one watch gap)
+  is not observed: when it started is unknown.
+- admitted (admission wait): the first observed Suspended=False/Resumed condition per uid, on a job not
+  terminal and never seen running (a re-admission after a preemption is not an admission wait). The
+  initial-list rule is the same: a job already resumed in it is not observed.
+
+  No table is kept for these two: a job's projection says whether it runs / is resumed now. Only the
+  jobs that ran (or were resumed) and are not running (resumed) now sit in a set, so that coming back
+  is not a new edge; these sets hold a few preempted jobs, not the population.
 
 It is a plain synchronous object (handlers run on the event loop and must be cheap): every
 notification does O(1) dict work. No per-job table is kept beside the informer's cache: a job's
 gauge key is recomputed from the old projection the informer hands back. That is only sound if the
 mapping from a job to its label cannot change behind our back, which the one moving part (the cap on
-unknown runtime refs) guarantees by keeping counts per *raw* ref and remapping a ref's few gauge
-keys when its label changes (a runtime arrives, or a deleted one is kept as admitted).
+unknown runtime refs, ``max_unknown_runtime_refs``) guarantees by counting per *raw* ref
+(app/trainer/refs.py).
 
-Runtime refs: a reference to a runtime not in the snapshot keeps its label (the runtime may arrive
-a moment later on its own watch) while at most ``max_unknown_runtime_refs`` distinct such refs are
-in use; beyond that it is "unknown". Admission is sticky while jobs use the ref; a ref whose
-runtime arrives stops counting against the cap; a ref whose runtime is deleted while jobs still
-use it stays labelled (admitted beyond the cap if need be: it named a real runtime).
-
-JobCreated for a job whose resolution depends on a runtime not yet known (no numNodes or no
-resourcesPerNode of its own) waits up to ``runtime_wait_seconds`` in a FIFO queue; the runtime's
-arrival or ``flush_pending(now)`` (called on every runtime event, opportunistically on job events,
-and periodically by the service) emits it. A JobFinished of a still-pending job waits behind its
-JobCreated so the two are emitted in order. Events keep the resourceVersion of the state that
-produced the edge, so a delayed JobCreated can reach the sink after events with higher rvs.
+A JobCreated whose runtime is not yet known waits (app/trainer/pending.py) until the runtime
+arrives or ``flush_pending(now)`` (called on every runtime event, opportunistically on job events,
+and periodically by the service) finds its wait over. Events keep the resourceVersion of the state
+that produced the edge, so a delayed JobCreated can reach the sink after events with higher rvs.
 """
 
 from __future__ import annotations
 
-import base64
-import heapq
-import json
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Final
 
-import msgspec
-
-from app.kube.resources import TRAINER_GROUP
 from app.trainer import rules
-from app.trainer.events import GaugeKey, JobCreated, JobFinished, RuntimeInfo, TrainerSink
+from app.trainer.events import (
+    CountableEvent,
+    GaugeKey,
+    JobAdmitted,
+    JobCreated,
+    JobFinished,
+    JobStarted,
+    RuntimeInfo,
+    TrainerSink,
+)
+from app.trainer.kinds import TRAINER_GROUP
+from app.trainer.pending import PendingCreated, Waiting
 from app.trainer.projections import (
     BAD_NAMESPACE,
     MALFORMED,
+    RESUMED,
     STATE_BY_FLAGS,
     RuntimeProjection,
     TrainJobProjection,
-    compact_uid,
-    uid_text,
 )
+from app.trainer.refs import RuntimeRefs
+from app.trainer.terminal import TerminalEntry, TerminalSet
 
 log = logging.getLogger(__name__)
 
+_FIXED_REASONS: Final = frozenset(rules.REASONS)
+
 _MAX_LOGGED_MALFORMED: Final = 10_000  # bound on the "already logged" uid set
 _MAX_LOGGED_KEY: Final = 300  # characters of a key / name / uid in a warning line
-UNKNOWN_RUNTIME_REFS_LIMIT: Final = "unknown_runtime_refs"  # app.metrics.telemetry.LIMITS
-ACCELERATOR_CLASSES_LIMIT: Final = "accelerator_classes"  # app.metrics.telemetry.LIMITS
+ACCELERATOR_CLASSES_LIMIT: Final = "accelerator_classes"  # app.metrics.telemetry.Limit
 # Distinct accelerator_class label values (besides "none") before further classes become "other".
 MAX_ACCELERATOR_CLASSES: Final = 32
 OTHER_ACCELERATOR_CLASS: Final = "other"
+FAILURE_REASONS_LIMIT: Final = "failure_reasons"  # app.metrics.telemetry.Limit
+# A created TrainJob whose request exceeds rules.requests_within_ceilings: out of the histograms.
+REQUESTED_QUANTITY_LIMIT: Final = "requested_quantity"  # app.metrics.telemetry.Limit
+# Distinct reason label values beyond rules.REASONS before further reasons become "other".
+MAX_FAILURE_REASONS: Final = 32
+# What a tombstone remembers of a deleted uid (bits), so that a spurious re-add counts none of it again.
+_TOMB_TERMINAL: Final = 1  # its terminal edge was recorded
+_TOMB_RAN: Final = 2  # it was seen running (time to running observed or not observable)
+_TOMB_ADMITTED: Final = 4  # it was seen resumed (admission wait observed or not observable)
+_RUNNING: Final = rules.RUNNING
 
 
 def _short(text: str) -> str:
@@ -80,55 +103,6 @@ def _gauge_key(job: TrainJobProjection) -> GaugeKey:
         job.runtime_ref,
         job.result or STATE_BY_FLAGS[f & 7],
     )
-
-
-class _TerminalFields(msgspec.Struct, frozen=True, gc=False):
-    key: str  # "namespace/name"
-    uid: bytes | str  # as TrainJobProjection.uid_key stores it (shared with the projection)
-    result: str  # succeeded | failed: what was (or would have been) counted
-    raw_reason: str  # the terminal condition's reason as written (capped)
-    terminal_time: float | None  # lastTransitionTime of the terminal condition, epoch seconds
-    recorded_time: float  # wall clock when this replica recorded it, epoch seconds
-
-    def __post_init__(self) -> None:
-        uid = _TERMINAL_UID_SLOT.__get__(self)
-        if type(uid) is str:
-            _TERMINAL_UID_SLOT.__set__(self, compact_uid(uid))
-
-
-_TERMINAL_UID_SLOT: Final[Any] = _TerminalFields.__dict__["uid"]
-
-
-class TerminalEntry(_TerminalFields, frozen=True, gc=False):
-    """One entry of the terminal-dedup set (shares its strings with the job's projection)."""
-
-    @property  # type: ignore[misc]
-    def uid(self) -> str:
-        return uid_text(_TERMINAL_UID_SLOT.__get__(self))
-
-    @property
-    def namespace(self) -> str:
-        # Derived, not stored (memory): namespaces and names never contain "/".
-        ns, sep, _ = self.key.partition("/")
-        return ns if sep else ""
-
-    @property
-    def name(self) -> str:
-        return self.key.partition("/")[2] or self.key
-
-    @property
-    def reason(self) -> str:
-        """The reason label counted: "none", one of rules.FAILURE_REASONS, or "other"."""
-        return rules.reason_bucket(self.result, self.raw_reason)
-
-
-class _Pending(msgspec.Struct, gc=False):
-    job: TrainJobProjection  # the state that produced the created edge (rv, spec)
-    raw_ref: str
-    deadline: float
-    finished: TrainJobProjection | None = None  # a terminal edge seen while waiting
-    since: int = 0  # app/trainer/events.py, for the created edge
-    finished_since: int = 0
 
 
 class _JobHandler:
@@ -191,18 +165,24 @@ class TrainerState:
         max_tombstones: int = 4096,
         on_limit: Callable[[str], None] | None = None,
         max_accelerator_classes: int = MAX_ACCELERATOR_CLASSES,
+        accelerator_patterns: Iterable[str] = rules.DEFAULT_ACCELERATOR_PATTERNS,
+        max_failure_reasons: int = MAX_FAILURE_REASONS,
     ) -> None:
         """``on_limit(limit)`` is called with "unknown_runtime_refs" each time a runtime ref is refused
         its own label because ``max_unknown_runtime_refs`` distinct unknown refs are in use (its jobs
-        count under "unknown"), and with "accelerator_classes" for each JobCreated whose accelerator
-        class is counted as "other" because ``max_accelerator_classes`` distinct classes are in use
-        already (a class, once used, keeps its label: the histogram series it created stay); wire it to
-        SelfTelemetry.limit_hit."""
+        count under "unknown"); with "accelerator_classes" for each JobCreated with a class counted as
+        "other" because ``max_accelerator_classes`` distinct classes are in use already; and with
+        "failure_reasons" for each JobFinished whose well-formed but not upstream-known reason is counted
+        as "other" because ``max_failure_reasons`` such reasons are in use already. A class or reason,
+        once used, keeps its label (the series it created stay). Wire it to SelfTelemetry.limit_hit.
+        ``accelerator_patterns``: the resource names that are accelerators (rules.AcceleratorMatcher)."""
         self._sink = sink
         self._on_limit = on_limit
-        self._max_unknown = max(0, max_unknown_runtime_refs)
+        self._accelerators = rules.AcceleratorMatcher(accelerator_patterns)
         self._max_accelerator_classes = max(0, max_accelerator_classes)
         self._accelerator_classes: set[str] = set()
+        self._max_failure_reasons = max(0, max_failure_reasons)
+        self._failure_reasons: set[str] = set()
         self._wait = max(0.0, runtime_wait_seconds)
         self._clock = clock
         self._wall_clock = wall_clock
@@ -211,26 +191,19 @@ class TrainerState:
         self.job_handler = _JobHandler(self)
         self.runtime_handler = _RuntimeHandler(self)
 
-        # runtime snapshot
         self._inventory: dict[tuple[str, str, str], RuntimeProjection] = {}  # (kind, namespace, name)
-        self._by_ref: dict[str, RuntimeProjection] = {}  # ref label -> runtime
+        # runtimes by ref, and the gauge counted per raw ref (the sink sees effective keys)
+        self._refs = RuntimeRefs(sink, max_unknown=max_unknown_runtime_refs, on_limit=on_limit)
 
-        # gauge: counts per raw key (namespace, raw ref, state); the sink sees effective keys
-        self._raw_counts: dict[GaugeKey, int] = {}
-        self._raw_keys_by_ref: dict[str, set[GaugeKey]] = {}
-        self._ref_jobs: dict[str, int] = {}  # raw ref -> live jobs using it
-        self._admitted: set[str] = set()  # raw refs labelled as themselves without a known runtime
-        self._counts: dict[GaugeKey, int] = {}  # effective key -> count (what the sink holds)
+        self._terminal = TerminalSet()
+        # recently deleted uid keys -> _TOMB_* bits
+        self._tombstones: OrderedDict[bytes | str, int] = OrderedDict()
+        # uid keys of live, not terminal jobs seen running (resumed) before but not now: their next running
+        # state (Resumed condition) is not a first one. A job's projection covers the running (resumed) ones.
+        self._ran: set[bytes | str] = set()
+        self._admitted: set[bytes | str] = set()
 
-        # terminal-dedup set by uid, and recently deleted uids -> were they recorded terminal
-        # (keyed by TrainJobProjection.uid_key: 16 bytes for a UUID, shared with the projection)
-        self._terminal: dict[bytes | str, TerminalEntry] = {}
-        self._tombstones: OrderedDict[bytes | str, bool] = OrderedDict()
-
-        # JobCreated waiting for a runtime: FIFO by deadline (constant wait => insertion order)
-        self._pending: dict[bytes | str, _Pending] = {}
-        self._pending_queue: deque[tuple[float, bytes | str]] = deque()
-        self._pending_by_ref: dict[str, dict[bytes | str, None]] = {}
+        self._pending = PendingCreated()
 
         self._malformed_logged: set[bytes | str] = set()  # uid keys (jobs) and uids (runtimes)
         # The rv an informer held before the gap while it applies a relist diff, else 0 (see events.py).
@@ -263,12 +236,17 @@ class TrainerState:
         return [r for _, r in sorted(self._inventory.items())]
 
     def runtime(self, ref: str) -> RuntimeProjection | None:
-        return self._by_ref.get(ref)
+        return self._refs.by_ref.get(ref)
+
+    def runtime_accelerators(self, runtime: RuntimeProjection) -> tuple[tuple[str, int], ...]:
+        """(class, per-node count) of each accelerator the runtime's trainer container requests by itself
+        (for /debug/snapshot); empty when none."""
+        return self._accelerators.per_node(runtime.node_resources)
 
     @property
     def unknown_runtime_refs(self) -> int:
         """Distinct refs of live jobs whose runtime is not in the snapshot but keep their label."""
-        return len(self._admitted)
+        return self._refs.unknown_in_use
 
     @property
     def terminal_count(self) -> int:
@@ -281,30 +259,13 @@ class TrainerState:
 
     def jobs_gauge(self) -> dict[GaugeKey, int]:
         """A copy of the current TrainJob counts by effective (namespace, runtime_ref, state)."""
-        return dict(self._counts)
+        return self._refs.counts()
 
     def terminal_entries(
         self, limit: int, continue_token: str | None = None
     ) -> tuple[list[TerminalEntry], str | None]:
-        """A page of the terminal-dedup set in (namespace, name, uid) order, and the token of the next
-        page (``None`` on the last page). Raises ``ValueError`` for a token this did not produce.
-
-        O(n log limit) per page: a debug endpoint, not a hot path; no index is kept for it.
-        """
-        limit = max(1, limit)
-        after = _decode_token(continue_token) if continue_token else None
-
-        def sort_key(e: TerminalEntry) -> tuple[str, str, str]:
-            return (e.namespace, e.name, e.uid)
-
-        candidates: Iterable[TerminalEntry] = self._terminal.values()
-        if after is not None:
-            candidates = (e for e in candidates if sort_key(e) > after)
-        page = heapq.nsmallest(limit + 1, candidates, key=sort_key)
-        if len(page) <= limit:
-            return page, None
-        page = page[:limit]
-        return page, _encode_token(sort_key(page[-1]))
+        """A page of the terminal-dedup set (``TerminalSet.page``)."""
+        return self._terminal.page(limit, continue_token)
 
     # --- pending JobCreated ----------------------------------------------------------------------
 
@@ -313,101 +274,222 @@ class TrainerState:
 
         ``now`` is a ``clock`` reading (defaults to the clock). Returns how many were emitted.
         """
-        if not self._pending_queue:
+        if not self._pending.queue:
             return 0
-        if now is None:
-            now = self._clock()
-        emitted = 0
-        queue = self._pending_queue
-        while queue and queue[0][0] <= now:
-            _, uid = queue.popleft()
-            entry = self._pending.get(uid)
-            if entry is None or entry.deadline > now:
-                continue  # already emitted (runtime arrived, job deleted) or re-queued
-            self._emit_pending(uid)
-            emitted += 1
-        return emitted
+        expired = self._pending.take_expired(self._clock() if now is None else now)
+        for entry in expired:
+            self._emit_pending(entry)
+        return len(expired)
 
     def _maybe_flush(self) -> None:
-        if self._pending_queue and self._pending_queue[0][0] <= self._clock():
+        queue = self._pending.queue
+        if queue and queue[0][0] <= self._clock():
             self.flush_pending()
 
-    def _emit_pending(self, uid: bytes | str) -> None:
-        entry = self._pending.pop(uid)
-        waiting = self._pending_by_ref.get(entry.raw_ref)
-        if waiting is not None:
-            waiting.pop(uid, None)
-            if not waiting:
-                del self._pending_by_ref[entry.raw_ref]
+    def _emit_pending(self, entry: Waiting) -> None:
         self._sink.on_countable(self._created_event(entry.job, entry.since))
+        for event in entry.deferred:
+            self._sink.on_countable(event)
         if entry.finished is not None:
             self._sink.on_countable(self._finished_event(entry.finished, entry.finished_since))
 
-    def _resolve_pending(self, ref: str) -> None:
-        waiting = self._pending_by_ref.get(ref)
-        if waiting:
-            for uid in list(waiting):
-                self._emit_pending(uid)
-
     # --- events ----------------------------------------------------------------------------------
-
-    def _effective(self, raw_ref: str) -> str:
-        if raw_ref in self._by_ref or raw_ref in self._admitted:
-            return raw_ref
-        return rules.UNKNOWN
 
     def _created_event(self, job: TrainJobProjection, since: int) -> JobCreated:
         raw = job.runtime_ref
-        runtime = self._by_ref.get(raw)
-        nodes = rules.requested_nodes(job.num_nodes, runtime.num_nodes if runtime is not None else None)
-        cls, count = rules.requested_accelerators(
-            job.accelerator_class,
-            job.accelerators_per_node,
-            runtime.accelerator_class if runtime is not None else None,
-            runtime.accelerators_per_node if runtime is not None else 0,
-            nodes,
-        )
-        if cls != rules.NONE and cls not in self._accelerator_classes:
-            if len(self._accelerator_classes) < self._max_accelerator_classes:
-                self._accelerator_classes.add(cls)
-            else:
-                cls = OTHER_ACCELERATOR_CLASS
-                if self._on_limit is not None:
-                    self._on_limit(ACCELERATOR_CLASSES_LIMIT)
+        runtime = self._refs.by_ref.get(raw)
+        nodes = rules.requested_nodes(job.num_nodes, runtime.default_nodes if runtime is not None else None)
+        # The trainer container's resources as the controller builds them (newRuntimeInfo): the runtime's
+        # node container, computed once per runtime version, with the job's resourcesPerNode merged in
+        # when the controller merges it (memoised per pair). A runtime that never arrived leaves the job's
+        # own resourcesPerNode: the best we know.
+        if runtime is None:
+            resources = job.resources or rules.NO_RESOURCES
+        elif job.resources is not None and runtime.merges_job_resources:
+            resources = rules.merge_resources(runtime.node_resources, job.resources)
+        else:
+            resources = runtime.node_resources
+        per_node = self._accelerators.per_node(resources)
+        nodes_ok, accelerators_ok = rules.requests_within_ceilings(per_node, nodes)
+        if not accelerators_ok:
+            self._request_out_of_range(job, nodes, per_node)
+        accelerators = rules.requested_accelerators(per_node, nodes)
+        if accelerators is not rules.NO_ACCELERATORS:
+            accelerators = self._cap_accelerator_classes(accelerators)
+        first_class, first_count = accelerators[0]
         return JobCreated(
             rv=_rv(job.rv),
             uid=job.uid,
             namespace=job.namespace_label,
-            runtime_ref=self._effective(raw),
+            runtime_ref=self._refs.label(raw),
             requested_nodes=nodes,
-            accelerator_class=cls,
-            requested_accelerators=count,
+            accelerator_class=first_class,
+            requested_accelerators=first_count,
             since=since,
+            more_accelerators=accelerators[1:],
+            nodes_observed=nodes_ok,
+            accelerators_observed=accelerators_ok,
         )
+
+    def _request_out_of_range(
+        self, job: TrainJobProjection, nodes: int, per_node: tuple[tuple[str, int], ...]
+    ) -> None:
+        """A request nobody makes (numNodes or an accelerator count above the ceilings): counted as a
+        limit hit, logged once per job, and kept out of the histograms by the caller."""
+        if self._on_limit is not None:
+            self._on_limit(REQUESTED_QUANTITY_LIMIT)
+        uid = job.uid_key
+        if uid in self._malformed_logged:
+            return
+        if len(self._malformed_logged) >= _MAX_LOGGED_MALFORMED:
+            self._malformed_logged.clear()
+        self._malformed_logged.add(uid)
+        log.warning(
+            "TrainJob %s (uid %s) requests %d nodes and %s per node, above the ceilings (%d nodes, %d "
+            "accelerators per node, %d per job); counted, but left out of the requested-nodes and "
+            "requested-accelerators histograms",
+            _short(job.key),
+            _short(job.uid),
+            nodes,
+            _short(", ".join(f"{count} {cls}" for cls, count in per_node) or "no accelerators"),
+            rules.MAX_REQUESTED_NODES,
+            rules.MAX_ACCELERATORS_PER_NODE,
+            rules.MAX_ACCELERATORS_PER_JOB,
+        )
+
+    def _cap_accelerator_classes(self, accelerators: rules.Accelerators) -> rules.Accelerators:
+        """Classes beyond ``max_accelerator_classes`` distinct ones become "other" (one observation per
+        job: the counts of a job's classes that all became "other" are summed)."""
+        known = self._accelerator_classes
+        other = -1  # summed count of this job's classes that became "other"; -1: none did
+        kept: list[tuple[str, int]] = []
+        for cls, count in accelerators:
+            if cls not in known:
+                if len(known) < self._max_accelerator_classes:
+                    known.add(cls)
+                else:
+                    other = max(other, 0) + count
+                    if self._on_limit is not None:
+                        self._on_limit(ACCELERATOR_CLASSES_LIMIT)
+                    continue
+            kept.append((cls, count))
+        if other < 0:
+            return accelerators
+        kept.append((OTHER_ACCELERATOR_CLASS, other))
+        return tuple(sorted(kept))
 
     def _finished_event(self, job: TrainJobProjection, since: int) -> JobFinished:
         return JobFinished(
             rv=_rv(job.rv),
             uid=job.uid,
             result=job.result,
-            reason=rules.reason_bucket(job.result, job.reason),
-            runtime_ref=self._effective(job.runtime_ref),
+            reason=self._reason_label(job.result, job.reason),
+            runtime_ref=self._refs.label(job.runtime_ref),
             lifetime_seconds=rules.lifetime_seconds(job.created, job.terminal_time),
             namespace=job.namespace_label,
             since=since,
         )
 
+    def _reason_label(self, result: str, reason: str) -> str:
+        """rules.reason_bucket, with at most ``max_failure_reasons`` distinct names beyond rules.REASONS
+        (a hand-edited or buggy controller could write a new reason per job)."""
+        label = rules.reason_bucket(result, reason)
+        if label in _FIXED_REASONS or label in self._failure_reasons:
+            return label
+        if len(self._failure_reasons) < self._max_failure_reasons:
+            self._failure_reasons.add(label)
+            return label
+        if self._on_limit is not None:
+            self._on_limit(FAILURE_REASONS_LIMIT)
+        return rules.OTHER_REASON
+
     def _count_created(self, job: TrainJobProjection) -> None:
         raw = job.runtime_ref
-        needs_runtime = job.num_nodes is None or job.accelerator_class is None
-        if needs_runtime and self._wait > 0 and raw != rules.UNKNOWN and raw not in self._by_ref:
-            deadline = self._clock() + self._wait
-            uid = job.uid_key
-            self._pending[uid] = _Pending(job=job, raw_ref=raw, deadline=deadline, since=self._relist_since)
-            self._pending_queue.append((deadline, uid))
-            self._pending_by_ref.setdefault(raw, {})[uid] = None
+        # Every job waits for an unknown runtime, even one that sets numNodes and resourcesPerNode: its
+        # resourcesPerNode merges into the runtime's container, so the runtime's GPUs count too.
+        if self._wait > 0 and raw != rules.UNKNOWN and raw not in self._refs.by_ref:
+            self._pending.add(job, raw, self._clock() + self._wait, self._relist_since)
             return
         self._sink.on_countable(self._created_event(job, self._relist_since))
+
+    def _count_started(self, job: TrainJobProjection) -> None:
+        startup = rules.seconds_since_creation(job.created, self._wall_clock())
+        if startup is None:
+            return  # no creationTimestamp (malformed, logged): nothing to observe
+        self._count_later(
+            job,
+            JobStarted(
+                rv=_rv(job.rv),
+                uid=job.uid,
+                runtime_ref=self._refs.label(job.runtime_ref),
+                startup_seconds=startup,
+                namespace=job.namespace_label,
+                since=self._relist_since,
+            ),
+        )
+
+    def _count_admitted(self, job: TrainJobProjection) -> None:
+        wait = rules.seconds_since_creation(job.created, job.resumed_time)
+        if wait is None:
+            return  # a timestamp is missing or unparsable (malformed, logged)
+        self._count_later(
+            job,
+            JobAdmitted(
+                rv=_rv(job.rv),
+                uid=job.uid,
+                runtime_ref=self._refs.label(job.runtime_ref),
+                wait_seconds=wait,
+                namespace=job.namespace_label,
+                since=self._relist_since,
+            ),
+        )
+
+    def _count_later(self, job: TrainJobProjection, event: CountableEvent) -> None:
+        """An edge after created: it waits behind a created edge still waiting for its runtime."""
+        entry = self._pending.get(job.uid_key)
+        if entry is not None:
+            entry.deferred += (event,)
+            return
+        self._sink.on_countable(event)
+
+    def _first_edges(self, job: TrainJobProjection, tomb: int) -> None:
+        """Admitted and started edges of a not-terminal job first seen after the initial list (``tomb``: its
+        tombstone bits when it is a deleted uid seen again, else 0)."""
+        uid = job.uid_key
+        flags = job.flags
+        ran = bool(tomb & _TOMB_RAN) or uid in self._ran
+        if flags & RESUMED:
+            if not ran and not tomb & _TOMB_ADMITTED and uid not in self._admitted:
+                self._count_admitted(job)
+        elif tomb & _TOMB_ADMITTED:
+            self._admitted.add(uid)
+        if STATE_BY_FLAGS[flags & 7] == _RUNNING:
+            if not ran:
+                self._count_started(job)
+        elif ran:
+            self._ran.add(uid)
+
+    def _later_edges(self, old_state: str, new: TrainJobProjection, resumed_changed: bool) -> None:
+        """Admitted and started edges of an update of a not-terminal job (state or Resumed changed)."""
+        uid = new.uid_key
+        if uid in self._terminal:
+            return  # it was terminal: every edge before that is behind us
+        new_state = new.state
+        if resumed_changed:
+            if not new.flags & RESUMED:
+                self._admitted.add(uid)  # suspended again (preempted): its next Resumed is no admission
+            elif uid in self._admitted:
+                self._admitted.discard(uid)
+            elif old_state != _RUNNING and uid not in self._ran:
+                self._count_admitted(new)
+        if old_state != new_state:
+            if new_state == _RUNNING:
+                if uid in self._ran:
+                    self._ran.discard(uid)  # ran before; its projection says so while it runs
+                else:
+                    self._count_started(new)
+            elif old_state == _RUNNING:
+                self._ran.add(uid)
 
     def _count_finished(self, job: TrainJobProjection) -> None:
         entry = self._pending.get(job.uid_key)
@@ -417,37 +499,30 @@ class TrainerState:
             return
         self._sink.on_countable(self._finished_event(job, self._relist_since))
 
-    def _record_terminal(self, job: TrainJobProjection) -> None:
-        uid = job.uid_key
-        self._terminal[uid] = TerminalEntry(
-            key=job.key,
-            uid=uid,
-            result=job.result,
-            raw_reason=job.reason,
-            terminal_time=job.terminal_time,
-            recorded_time=self._wall_clock(),
-        )
-
     # --- TrainJob notifications ------------------------------------------------------------------
 
     def _job_added(self, job: TrainJobProjection, initial: bool) -> None:
         self._maybe_flush()
         self._check_malformed(job)
-        self._gauge_add(job)
+        self._refs.add(_gauge_key(job))
         uid = job.uid_key
         if initial:
-            # Existed before we started: never created; if terminal, finished before we looked.
+            # Existed before we started: never created; if terminal, finished before we looked. If running
+            # (resumed), it started (was admitted) before we looked: its projection keeps that known.
             if job.result and uid not in self._terminal:
-                self._record_terminal(job)
+                self._terminal.record(job, self._wall_clock())
             return
-        seen_terminal = self._tombstones.pop(uid, None)
-        seen = seen_terminal is not None or uid in self._terminal or uid in self._pending
+        tomb = self._tombstones.pop(uid, None)
+        seen = tomb is not None or uid in self._terminal or uid in self._pending
         if not seen:
             self._count_created(job)
-        if job.result and uid not in self._terminal:
-            self._record_terminal(job)
-            if not seen_terminal:
-                self._count_finished(job)
+        if job.result:
+            if uid not in self._terminal:
+                self._terminal.record(job, self._wall_clock())
+                if tomb is None or not tomb & _TOMB_TERMINAL:
+                    self._count_finished(job)
+        elif uid not in self._terminal:
+            self._first_edges(job, tomb or 0)
 
     def _job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
         # The hot path (nearly every watch event): O(1), the state of each side computed once, and no
@@ -458,7 +533,7 @@ class TrainerState:
             self._job_deleted(old)
             self._job_added(new, initial=False)
             return
-        if self._pending_queue:
+        if self._pending.queue:
             self._maybe_flush()
         new_flags = new.flags
         if new_flags & MALFORMED:
@@ -476,25 +551,36 @@ class TrainerState:
             old_key = _gauge_key(old)
             new_key = (rules.UNKNOWN if new_flags & BAD_NAMESPACE else new.namespace, ref, new_state)
             if old_key[1] == ref:
-                self._gauge_move(old_key, new_key)
+                self._refs.move(old_key, new_key)
             else:
-                self._gauge_remove(old_key)
-                self._gauge_add_key(new_key)
-        if new.result and uid not in self._terminal:
-            self._record_terminal(new)
-            if not old.result:  # the edge; an unrecorded old terminal state was never an edge we saw
-                self._count_finished(new)
+                self._refs.remove(old_key)
+                self._refs.add(new_key)
+        if new.result:
+            if uid not in self._terminal:
+                self._terminal.record(new, self._wall_clock())
+                self._ran.discard(uid)  # the terminal set guards it from now on
+                self._admitted.discard(uid)
+                if not old.result:  # the edge; an unrecorded old terminal state was never an edge we saw
+                    self._count_finished(new)
+        elif old_state != new_state or (old_flags ^ new_flags) & RESUMED:
+            self._later_edges(old_state, new, bool((old_flags ^ new_flags) & RESUMED))
 
     def _job_deleted(self, last: TrainJobProjection) -> None:
         self._maybe_flush()
         uid = last.uid_key
         if uid in self._pending:
-            self._emit_pending(uid)  # it was created; count it with what we know now
-        self._gauge_remove(_gauge_key(last))
-        recorded = self._terminal.pop(uid, None) is not None
+            self._emit_pending(self._pending.take(uid))  # it was created; count it with what we know now
+        self._refs.remove(_gauge_key(last))
+        tomb = _TOMB_TERMINAL if self._terminal.pop(uid, None) is not None else 0
+        if last.state == _RUNNING or uid in self._ran:
+            tomb |= _TOMB_RAN
+            self._ran.discard(uid)
+        if last.flags & RESUMED or uid in self._admitted:
+            tomb |= _TOMB_ADMITTED
+            self._admitted.discard(uid)
         self._malformed_logged.discard(uid)
         if self._max_tombstones:
-            self._tombstones[uid] = recorded
+            self._tombstones[uid] = tomb
             if len(self._tombstones) > self._max_tombstones:
                 self._tombstones.popitem(last=False)
 
@@ -512,95 +598,12 @@ class TrainerState:
             _short(job.resource_version),
         )
 
-    # --- gauge bookkeeping -----------------------------------------------------------------------
-
-    def _gauge_add(self, job: TrainJobProjection, raw_key: GaugeKey | None = None) -> None:
-        self._gauge_add_key(_gauge_key(job) if raw_key is None else raw_key)
-
-    def _gauge_remove(self, raw_key: GaugeKey) -> None:
-        count = self._raw_counts.get(raw_key, 0)
-        if count == 0:  # not tracked (cannot happen with a consistent informer); stay consistent
-            return
-        raw_ref = raw_key[1]
-        self._bump((raw_key[0], self._effective(raw_ref), raw_key[2]), -1)
-        if count == 1:
-            del self._raw_counts[raw_key]
-            keys = self._raw_keys_by_ref[raw_ref]
-            keys.discard(raw_key)
-            if not keys:
-                del self._raw_keys_by_ref[raw_ref]
-        else:
-            self._raw_counts[raw_key] = count - 1
-        if raw_ref != rules.UNKNOWN:
-            users = self._ref_jobs[raw_ref] - 1
-            if users:
-                self._ref_jobs[raw_ref] = users
-            else:
-                del self._ref_jobs[raw_ref]
-                self._admitted.discard(raw_ref)
-
-    def _gauge_move(self, old_key: GaugeKey, new_key: GaugeKey) -> None:
-        """One job moves between two raw keys of the same raw ref: ``_gauge_remove(old_key)`` then
-        ``_gauge_add(new_key)`` without the ref bookkeeping, which a move leaves unchanged."""
-        counts = self._raw_counts
-        count = counts.get(old_key, 0)
-        raw_ref = old_key[1]
-        if count == 0:  # not tracked (cannot happen with a consistent informer); stay consistent
-            self._gauge_add_key(new_key)
-            return
-        label = self._effective(raw_ref)
-        self._bump((old_key[0], label, old_key[2]), -1)
-        keys = self._raw_keys_by_ref[raw_ref]
-        if count == 1:
-            del counts[old_key]
-            keys.discard(old_key)
-        else:
-            counts[old_key] = count - 1
-        count = counts.get(new_key, 0)
-        counts[new_key] = count + 1
-        if count == 0:
-            keys.add(new_key)
-        self._bump((new_key[0], label, new_key[2]), 1)
-
-    def _gauge_add_key(self, raw_key: GaugeKey) -> None:
-        raw_ref = raw_key[1]
-        if raw_ref != rules.UNKNOWN:
-            users = self._ref_jobs.get(raw_ref, 0)
-            if users == 0 and raw_ref not in self._by_ref:
-                if len(self._admitted) < self._max_unknown:
-                    self._admitted.add(raw_ref)
-                elif self._on_limit is not None:
-                    self._on_limit(UNKNOWN_RUNTIME_REFS_LIMIT)
-            self._ref_jobs[raw_ref] = users + 1
-        count = self._raw_counts.get(raw_key, 0)
-        self._raw_counts[raw_key] = count + 1
-        if count == 0:
-            self._raw_keys_by_ref.setdefault(raw_ref, set()).add(raw_key)
-        self._bump((raw_key[0], self._effective(raw_ref), raw_key[2]), 1)
-
-    def _bump(self, key: GaugeKey, delta: int) -> None:
-        value = self._counts.get(key, 0) + delta
-        if value > 0:
-            self._counts[key] = value
-        else:
-            self._counts.pop(key, None)
-            value = 0
-        self._sink.on_jobs_gauge(key, value)
-
-    def _remap(self, raw_ref: str, old_label: str, new_label: str) -> None:
-        """Move a raw ref's gauge counts from one effective label to another (few keys)."""
-        if old_label == new_label:
-            return
-        for ns, _, state in sorted(self._raw_keys_by_ref.get(raw_ref, ())):
-            count = self._raw_counts[(ns, raw_ref, state)]
-            self._bump((ns, old_label, state), -count)
-            self._bump((ns, new_label, state), count)
-
     # --- runtime notifications -------------------------------------------------------------------
 
     def _runtime_put(self, old: RuntimeProjection | None, new: RuntimeProjection) -> None:
         if new.malformed and new.uid not in self._malformed_logged:
-            # product.md §6.6: a malformed runtime is used as best it can be, and logged once (per uid).
+            # docs/design/product.md §6 invariant 6: a malformed runtime is used as best it can be, and
+            # logged once (per uid).
             self._malformed_logged.add(new.uid)
             log.warning(
                 "%s %s (uid %s, resourceVersion %s) has unusable fields; used with defaults",
@@ -614,40 +617,16 @@ class TrainerState:
         self._inventory[(new.kind, new.namespace, new.name)] = new
         ref = new.ref
         if ref != rules.UNKNOWN:
-            before = self._effective(ref)
-            self._by_ref[ref] = new
-            self._admitted.discard(ref)  # known now: no longer counts against the cap
-            self._remap(ref, before, ref)
-            self._resolve_pending(ref)
+            self._refs.runtime_known(new)
+            for entry in self._pending.take_for(ref):
+                self._emit_pending(entry)
         self.flush_pending()
         self._sink.on_runtimes_changed()
 
     def _runtime_deleted(self, last: RuntimeProjection, *, notify: bool = True) -> None:
         self._inventory.pop((last.kind, last.namespace, last.name), None)
         self._malformed_logged.discard(last.uid)
-        ref = last.ref
-        if ref != rules.UNKNOWN and self._by_ref.get(ref) is not None:
-            del self._by_ref[ref]
-            if self._ref_jobs.get(ref):
-                # Jobs still use it: keep their label stable rather than flip them to "unknown".
-                self._admitted.add(ref)
+        self._refs.runtime_gone(last.ref)
         if notify:
             self.flush_pending()
             self._sink.on_runtimes_changed()
-
-
-def _encode_token(key: tuple[str, str, str]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(list(key), separators=(",", ":")).encode()).decode()
-
-
-def _decode_token(token: str) -> tuple[str, str, str]:
-    try:
-        value = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-    except (ValueError, UnicodeError) as exc:
-        raise ValueError("invalid continue token") from exc
-    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value)):
-        raise ValueError("invalid continue token")
-    return (value[0], value[1], value[2])
-
-
-__all__ = ["TerminalEntry", "TrainerState"]

@@ -9,6 +9,7 @@ parameters are rejected with 4xx and a JSON body.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: 
 
 from app.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
+from app.sim.settings import SimSettings  # noqa: E402
 from app.simulate import embedded_cluster  # noqa: E402
 
 OPENAPI = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
@@ -51,14 +53,12 @@ class LiveServer:
         app_settings = Settings(
             simulate=True,
             leader_election=False,
-            sim_jobs=40,
-            sim_rate=20.0,
-            sim_seed=11,
             terminal_page_max=PAGE_MAX,
             host="127.0.0.1",
             port=0,
         )
-        app = create_app(app_settings, cluster=embedded_cluster)
+        workload = SimSettings(jobs=40, rate=20.0, seed=11)
+        app = create_app(app_settings, cluster=functools.partial(embedded_cluster, sim_settings=workload))
         config = uvicorn.Config(
             app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="on"
         )

@@ -18,7 +18,9 @@ import orjson
 from hypothesis import strategies as st
 
 from app.trainer import rules
+from app.trainer.events import GaugeKey
 from app.trainer.projections import RuntimeProjection, TrainJobProjection
+from tests.support.sinks import RecordingSink
 
 HUGE = 100_000  # characters of a "huge" string
 
@@ -302,7 +304,7 @@ replicated_job = obj(
         )
     ),
 )
-policy_value = st.one_of(st.just({}), st.none(), junk)
+policy_value: st.SearchStrategy[Any] = st.one_of(st.just({}), st.none(), junk)
 
 
 @st.composite
@@ -378,6 +380,7 @@ def informer_projection(projector: Any, value: Any) -> Any:
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+DNS_SUBDOMAIN_RE = re.compile(rf"^{_DNS_SUBDOMAIN}$")
 RUNTIME_REF_RE = re.compile(
     rf"\Atrainer\.kubeflow\.org/(TrainingRuntime/{_DNS_LABEL}|ClusterTrainingRuntime/)/{_DNS_SUBDOMAIN}\Z"
 )
@@ -412,7 +415,17 @@ def runtime_ref_lenient_ok(ref: str) -> bool:
 
 
 def accelerator_class_length_ok(cls: str) -> bool:
-    return cls == rules.NONE or (0 < len(cls) <= 253 and rules.is_accelerator(cls))
+    # "other": classes beyond the state's cap
+    return cls in (rules.NONE, "other") or (0 < len(cls) <= 253 and rules.is_resource_name(cls))
+
+
+def resources_ok(resources: rules.NodeResources) -> bool:
+    """A projection's resource lists: bounded, valid names, counts >= 0."""
+    return all(
+        len(entries) <= rules.MAX_RESOURCE_ENTRIES
+        and all(rules.is_resource_name(name) and isinstance(n, int) and n >= 0 for name, n in entries)
+        for entries in resources
+    )
 
 
 def accelerator_class_charset_ok(cls: str) -> bool:
@@ -429,11 +442,10 @@ def check_job_projection(p: TrainJobProjection) -> None:
     assert p.state in rules.JOB_STATES, p.state
     assert p.result in ("", *rules.RESULTS), p.result
     assert len(p.reason) <= 64
-    assert rules.reason_bucket(p.result, p.reason) in rules.REASONS
+    assert rules.is_reason_label(rules.reason_bucket(p.result, p.reason))
     assert runtime_ref_lenient_ok(p.runtime_ref), p.runtime_ref[:200]
     assert p.num_nodes is None or 0 <= p.num_nodes <= rules.MAX_NUM_NODES
-    assert p.accelerator_class is None or accelerator_class_length_ok(p.accelerator_class)
-    assert isinstance(p.accelerators_per_node, int) and p.accelerators_per_node >= 0
+    assert p.resources is None or resources_ok(p.resources)
     assert p.created is None or math.isfinite(p.created)
     assert p.terminal_time is None or math.isfinite(p.terminal_time)
     assert (p.terminal_time is None) or p.terminal
@@ -447,5 +459,17 @@ def check_runtime_projection(r: RuntimeProjection) -> None:
     assert 0 < len(r.framework) <= rules.MAX_LABEL_VALUE
     assert runtime_ref_lenient_ok(r.ref), r.ref[:200]
     assert r.num_nodes is None or 0 <= r.num_nodes <= rules.MAX_NUM_NODES
-    assert accelerator_class_length_ok(r.accelerator_class)
-    assert isinstance(r.accelerators_per_node, int) and r.accelerators_per_node >= 0
+    assert resources_ok(r.node_resources)
+    assert 0 <= r.default_nodes <= rules.MAX_NUM_NODES
+
+
+def check_gauge_key(key: GaugeKey) -> None:
+    """A gauge key's labels are bounded: a known state, a runtime_ref of bounded length."""
+    _, ref, state = key
+    assert state in rules.JOB_STATES, state
+    assert runtime_ref_lenient_ok(ref), ref[:200]
+
+
+def recording_sink() -> RecordingSink:
+    """A RecordingSink (tests/support/sinks.py) that checks every gauge key it is handed."""
+    return RecordingSink(check_gauge_key)

@@ -2,45 +2,50 @@
 JSON, valid JSON of the wrong shape, deep nesting, huge lines) and accounts for every line: an event,
 a bookmark, an ERROR (which stops the watch by design), or a skipped object counted by reason.
 
-Driven at unit level like tests/kube/test_informer_unit.py: ``_process_line`` for single lines,
-``_consume`` over a fake response for chunking and the size cap, ``_decode_page`` for LIST pages;
-the real TrainJob projector and a real TrainerState are behind it, so a handler_error count would
-reveal a state bug too.
+Driven through the informer's real list/watch loop over a fake client (tests/kube/fakes.py): one line per
+chunk to account for each line, arbitrary chunk boundaries for the chunking and the size cap, and
+``Decoder.page`` for LIST pages. The real TrainJob projector and a real TrainerState are behind it, so a
+handler_error count would reveal a state bug too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from app.kube.informer import Informer, InformerOptions, _WatchStop
-from app.kube.resources import TRAINJOBS
-from app.trainer.projections import TRAINJOB_PROJECTOR
+from app.kube.decode import Decoder
+from app.kube.informer import Informer, InformerOptions
+from app.trainer.kinds import TRAINJOBS
+from app.trainer.projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState
 from tests.badinput import strategies as S
-from tests.badinput.test_state_fuzz import RecordingSink
+from tests.support.informer_fakes import FakeClient, running
 
 FUZZ = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
+# Backoff and the 410 quick relist still sleep on the event loop: keep those sleeps negligible.
+FAST = InformerOptions(backoff_base=0.001, backoff_cap=0.001)
+EMPTY_LIST = b'{"metadata":{"resourceVersion":"1"},"items":[]}'
 
 
-def make(max_object_bytes: int = 4 * 1024 * 1024) -> Informer[Any]:
-    state = TrainerState(RecordingSink(), runtime_wait_seconds=0)
+def make(client: FakeClient, max_object_bytes: int = 4 * 1024 * 1024) -> Informer[Any]:
+    state = TrainerState(S.recording_sink(), runtime_wait_seconds=0)
     return Informer(
-        cast(Any, None),
+        client,
         TRAINJOBS,
         None,
         TRAINJOB_PROJECTOR,
         state.job_handler,
-        options=InformerOptions(max_object_bytes=max_object_bytes),
+        options=dataclasses.replace(FAST, max_object_bytes=max_object_bytes),
     )
 
 
@@ -49,17 +54,29 @@ def tally(inf: Informer[Any]) -> int:
     return c.added + c.modified + c.deleted + c.bookmark + c.error + sum(c.skipped.values())
 
 
-def feed(inf: Informer[Any], line: bytes) -> bool:
-    """Process one line; True when it stopped the watch (an ERROR event: by design)."""
-    before = tally(inf)
-    try:
-        inf._process_line(line)
-    except _WatchStop:
-        assert inf.counters.error == 1 or b"ERROR" in line
-        return True
-    assert tally(inf) > before, f"line left no trace in the counters: {line[:200]!r}"
-    assert inf.counters.skipped["handler_error"] == 0
-    return False
+def watch(
+    chunks: list[bytes], *, max_object_bytes: int = 4 * 1024 * 1024, list_body: bytes = EMPTY_LIST
+) -> tuple[Informer[Any], list[int]]:
+    """An informer given one LIST and one watch stream of ``chunks``, run until it waits for more.
+
+    Also returns ``tally`` at every read of the stream: before each chunk, and after the last one read.
+    """
+
+    async def main() -> tuple[Informer[Any], list[int]]:
+        client = FakeClient()
+        inf = make(client, max_object_bytes)
+        tallies: list[int] = []
+        client.add_list(list_body)
+        client.add_watch(*chunks, on_read=lambda: tallies.append(tally(inf)))
+        async with running(inf):
+            await client.idle()
+        return inf, tallies
+
+    return asyncio.run(main())
+
+
+def stopped(inf: Informer[Any]) -> bool:
+    return sum(inf.counters.watch_restarts.values()) > 0
 
 
 event_types = st.sampled_from(["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR", "added", "", "SYNC"])
@@ -82,16 +99,24 @@ lines = st.one_of(
 )
 @example([b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":7}}}'])
 def test_no_line_escapes_and_every_line_is_accounted_for(batch: list[bytes]) -> None:
-    inf = make()
-    for line in batch:
-        if feed(inf, line):
-            break
+    # What the server's stream holds: newlines delimit lines, empty ones carry nothing.
+    segments = [seg for seg in b"\n".join(batch).split(b"\n") if seg]
+    inf, before = watch([seg + b"\n" for seg in segments])
+    c = inf.counters
+    assert c.relists["internal"] == 0, "an exception escaped line processing"
+    assert c.skipped["handler_error"] == 0
+    processed = segments[: len(before)] if stopped(inf) else segments
+    after = [*before[1:], tally(inf)]
+    for i, line in enumerate(processed):
+        if stopped(inf) and i == len(processed) - 1:  # the line that stopped the watch: an ERROR
+            assert c.error == 1 or b"ERROR" in line
+        else:
+            assert after[i] > before[i], f"line left no trace in the counters: {line[:200]!r}"
 
 
 @pytest.mark.parametrize("junk", [b"\x00" * 10, b"not json", b"[1,2,3]", b"42", b'"x"', b'{"type":'])
 def test_junk_lines_are_skipped_as_malformed(junk: bytes) -> None:
-    inf = make()
-    inf._process_line(junk)
+    inf, _ = watch([junk + b"\n"])
     assert inf.counters.skipped["malformed"] == 1
     assert len(inf) == 0
 
@@ -106,20 +131,17 @@ def _nested_line(depth: int) -> bytes:
 
 @pytest.mark.parametrize("depth", [100, 900])
 def test_moderately_nested_objects_are_decoded(depth: int) -> None:
-    inf = make()
-    inf._process_line(_nested_line(depth))
+    inf, _ = watch([_nested_line(depth) + b"\n"])
     assert len(inf) == 1
 
 
 @pytest.mark.parametrize("depth", [1100, 5000])
 def test_deeply_nested_watch_line_is_skipped_not_raised(depth: int) -> None:
-    inf = make()
-    inf._process_line(_nested_line(depth))
+    inf, _ = watch([_nested_line(depth) + b"\n"])
     assert inf.counters.skipped["malformed"] + len(inf) == 1
 
 
 def test_deeply_nested_list_item_does_not_block_the_list() -> None:
-    inf = make()
     item = orjson.loads(_nested_line(10)[len(b'{"type":"ADDED","object":') : -1])
     other = {**item, "metadata": {**item["metadata"], "name": "k", "uid": "v"}}
     ok = orjson.dumps({"metadata": {"resourceVersion": "9"}, "items": [item, other]})
@@ -127,38 +149,25 @@ def test_deeply_nested_list_item_does_not_block_the_list() -> None:
     page = ok.replace(b'"podTemplateOverrides":', b'"podTemplateOverrides":' + deep + b',"x":', 1)
     items: dict[str, Any] = {}
     unusable: set[str] = set()
-    rv, _ = inf._decode_page(page, items, unusable)
+    rv, _ = Decoder(TRAINJOB_PROJECTOR).page(page, {}, items, unusable, lambda *skipped: None)
     assert rv == "9"
     assert "ns/k" in items  # the well-formed item is kept
     assert "ns/j" in items or "ns/j" in unusable  # the deep one is decoded or counted, not fatal
+    inf, _ = watch([], list_body=page)  # and the informer syncs on it
+    assert inf.synced and inf.resource_version == "9" and inf.get("ns/k") is not None
 
 
 def test_same_unusable_line_twice_logs_once(caplog: pytest.LogCaptureFixture) -> None:
-    inf = make()
     line = (
         b'{"type":"ADDED","object":{"metadata":{"name":"j","namespace":"ns","resourceVersion":"4","uid":7}}}'
     )
     with caplog.at_level(logging.WARNING):
-        inf._process_line(line)
-        inf._process_line(line)
+        inf, _ = watch([line + b"\n", line + b"\n"])
     assert inf.counters.skipped["malformed"] == 2
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
 
 
 # --- chunked stream and the size cap ---------------------------------------------------------------
-
-
-class FakeContent:
-    def __init__(self, chunks: list[bytes]) -> None:
-        self._chunks = list(chunks)
-
-    async def readany(self) -> bytes:
-        return self._chunks.pop(0) if self._chunks else b""
-
-
-class FakeResponse:
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.content = FakeContent(chunks)
 
 
 def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -179,26 +188,15 @@ stream_lines = st.one_of(
 def test_stream_chunking_does_not_change_what_is_processed_and_long_lines_are_too_large(
     batch: list[bytes], cuts: list[int]
 ) -> None:
-    # reference: line by line until the first oversized one
-    ref = make(MAX)
-    expected_too_large = 0
-    for line in batch:
-        if len(line) > MAX:
-            expected_too_large = 1
-            break
-        try:
-            ref._process_line(line)
-        except _WatchStop:
-            break
-    chunked = make(MAX)
-    data = b"\n".join(batch) + b"\n"
-    stop: _WatchStop | None = None
-    try:
-        asyncio.run(chunked._consume(cast(Any, FakeResponse(_chunks(data, cuts)))))
-    except _WatchStop as exc:
-        stop = exc
-    assert chunked.counters.skipped["too_large"] == expected_too_large
+    # reference: one line per chunk, up to the first oversized one (and never given that one)
+    head = list(itertools.takewhile(lambda line: len(line) <= MAX, batch))
+    ref, _ = watch([line + b"\n" for line in head], max_object_bytes=MAX)
+    # an ERROR among them ends the watch before the oversized line is reached
+    expected_too_large = int(len(head) < len(batch) and not stopped(ref))
+    chunked, _ = watch(_chunks(b"\n".join(batch) + b"\n", cuts), max_object_bytes=MAX)
+    c = chunked.counters
+    assert c.skipped["too_large"] == expected_too_large
     if expected_too_large:
-        assert stop is not None and stop.reason == "oversized_line" and stop.relist == "oversized_line"
+        assert c.watch_restarts["oversized_line"] == 1 and c.relists["oversized_line"] == 1
     assert tally(chunked) == tally(ref) + expected_too_large
     assert chunked.keys() == ref.keys()

@@ -9,20 +9,19 @@ import asyncio
 from typing import Any, cast
 
 import httpx
-import pytest
 from fastapi import FastAPI
 
 from app.api.routes import install_routes
 from app.config import Settings
-from app.kube.informer import Informer, InformerOptions, _WatchStop
-from app.kube.resources import TRAINJOBS
+from app.kube.informer import Informer, InformerOptions
 from app.main import create_app
-from app.metrics.telemetry import LIMITS, SelfTelemetry
+from app.metrics.telemetry import Limit, SelfTelemetry
 from app.service import Service
-from app.trainer.projections import TRAINJOB_PROJECTOR
+from app.trainer.kinds import TRAINJOBS
+from app.trainer.projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState
-from tests.badinput.test_informer_fuzz import FakeResponse
-from tests.badinput.test_state_fuzz import RecordingSink
+from tests.badinput import strategies as S
+from tests.support.informer_fakes import FakeClient, running, until
 
 
 def hits(telemetry: SelfTelemetry, limit: str) -> float:
@@ -47,7 +46,7 @@ def job(i: int, runtime: str) -> Any:
 
 def test_every_limit_is_exported_from_the_start() -> None:
     t = SelfTelemetry()
-    for limit in LIMITS:
+    for limit in Limit:
         assert t.registry.get_sample_value("trainer_metrics_limit_hits_total", {"limit": limit}) == 0.0
 
 
@@ -56,7 +55,7 @@ def test_every_limit_is_exported_from_the_start() -> None:
 
 def test_unknown_runtime_ref_cap_counts_each_ref_it_collapses() -> None:
     telemetry = SelfTelemetry()
-    sink = RecordingSink()
+    sink = S.recording_sink()
     state = TrainerState(
         sink, max_unknown_runtime_refs=2, runtime_wait_seconds=0, on_limit=telemetry.limit_hit
     )
@@ -73,7 +72,7 @@ def test_unknown_runtime_ref_cap_counts_each_ref_it_collapses() -> None:
 
 
 def test_unknown_runtime_ref_cap_without_hook_still_caps() -> None:
-    sink = RecordingSink()
+    sink = S.recording_sink()
     state = TrainerState(sink, max_unknown_runtime_refs=0, runtime_wait_seconds=0)
     state.job_handler.on_added(job(1, "rt-a"), False)
     assert {key[1] for key in sink.gauge} == {"unknown"}
@@ -88,32 +87,41 @@ def test_service_counts_unknown_runtime_ref_hits() -> None:
 # --- object_too_large --------------------------------------------------------------------------------
 
 
-def _oversized(inf: Informer[Any]) -> None:
+def _oversized(client: FakeClient, inf: Informer[Any]) -> None:
+    """Run ``inf`` on ``client`` over a watch line above 64 KiB (in two chunks) until the watch ends."""
     line = b'{"type":"ADDED","object":{"metadata":{"name":"j"' + b" " * 70_000 + b"}}}\n"
-    with pytest.raises(_WatchStop) as exc:
-        asyncio.run(inf._consume(cast(Any, FakeResponse([line[:1000], line[1000:]]))))
-    assert exc.value.reason == "oversized_line"
+
+    async def main() -> None:
+        client.add_list(b'{"metadata":{"resourceVersion":"1"},"items":[]}')
+        client.add_watch(line[:1000], line[1000:])
+        async with running(inf):
+            await until(lambda: sum(inf.counters.watch_restarts.values()) > 0)
+        assert inf.counters.watch_restarts["oversized_line"] == 1
+
+    asyncio.run(main())
 
 
 def test_oversized_watch_line_is_skipped_and_counted_by_the_informer() -> None:
-    state = TrainerState(RecordingSink())
+    state = TrainerState(S.recording_sink())
+    client = FakeClient()
     inf: Informer[Any] = Informer(
-        cast(Any, None),
+        client,
         TRAINJOBS,
         None,
         TRAINJOB_PROJECTOR,
         state.job_handler,
         options=InformerOptions(max_object_bytes=64 * 1024),
     )
-    _oversized(inf)
+    _oversized(client, inf)
     assert inf.counters.skipped["too_large"] == 1
     assert len(inf) == 0
 
 
 def test_service_counts_object_too_large_hits() -> None:
     svc = Service(Settings(max_object_bytes=64 * 1024, leader_election=False))
-    informers = svc._build_informers(cast(Any, None))
-    _oversized(informers[-1])
+    client = FakeClient()
+    informers = svc._build_informers(cast(Any, client))
+    _oversized(client, informers[-1])
     assert hits(svc.telemetry, "object_too_large") == 1
 
 
@@ -126,7 +134,7 @@ class View:
 
     def __init__(self) -> None:
         self.telemetry = SelfTelemetry()
-        self.state = TrainerState(RecordingSink())
+        self.state = TrainerState(S.recording_sink())
 
     def terminal_page(self, limit: int, continue_token: str | None) -> Any:
         from app.api.models import TerminalPage

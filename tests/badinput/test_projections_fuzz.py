@@ -1,9 +1,10 @@
 """Property: no object, however malformed, breaks a projector, and every label it yields is bounded.
 
-Both decoding paths are fed (product.md §6 invariant 6): the typed fast path (msgspec into the
-projector's wire type, then ``from_wire``; msgspec.ValidationError is the documented fallback
-trigger) and the tolerant ``from_json`` path. ``_from_json`` is also called directly: ``from_json``
-swallows exceptions and returns None, which would silently drop an object it could have salvaged.
+Both decoding paths are fed (docs/design/product.md §6 invariant 6): the typed fast path (msgspec
+into the projector's wire type, then ``from_wire``; msgspec.ValidationError is the documented
+fallback trigger) and the tolerant ``from_json`` path. ``salvage`` (``from_json`` without its
+safety net) is also called directly: ``from_json`` swallows exceptions and returns None, which would
+silently drop an object it could have salvaged.
 """
 
 from __future__ import annotations
@@ -16,18 +17,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.trainer import rules
-from app.trainer.projections import (
+from app.trainer.projections import MALFORMED, TrainJobProjection
+from app.trainer.projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
-    TrainJobProjection,
 )
 from tests.badinput import strategies as S
 
 FUZZ = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
-MALFORMED_BIT = 8  # projections.MALFORMED
 
 
 def _usable(obj: Any) -> bool:
@@ -48,7 +48,7 @@ def _usable(obj: Any) -> bool:
 def test_trainjob_projector_never_raises_and_labels_are_bounded(obj: Any) -> None:
     p = TRAINJOB_PROJECTOR
     wire = S.typed(p, obj)  # raises anything but ValidationError -> test failure
-    tolerant = p._from_json(obj)  # must not raise either: from_json would swallow it
+    tolerant = p.salvage(obj)  # must not raise either: from_json would swallow it
     assert p.from_json(obj) == tolerant
     if tolerant is None:
         assert not _usable(obj), "a usable name/uid was dropped by from_json"
@@ -66,8 +66,8 @@ def test_typed_and_tolerant_paths_agree_except_for_the_malformed_flag(obj: Any) 
     tolerant = TRAINJOB_PROJECTOR.from_json(obj)
     if wire is None or tolerant is None:
         return
-    assert msgspec.structs.replace(wire, flags=wire.flags & ~MALFORMED_BIT) == msgspec.structs.replace(
-        tolerant, flags=tolerant.flags & ~MALFORMED_BIT
+    assert msgspec.structs.replace(wire, flags=wire.flags & ~MALFORMED) == msgspec.structs.replace(
+        tolerant, flags=tolerant.flags & ~MALFORMED
     )
 
 
@@ -99,7 +99,7 @@ def test_typed_path_admits_only_objects_the_tolerant_path_admits(job: Any, runti
 )
 def test_runtime_projectors_never_raise_and_labels_are_bounded(obj: Any, p: Any) -> None:
     wire = S.typed(p, obj)
-    tolerant = p._from_json(obj)
+    tolerant = p.salvage(obj)
     assert p.from_json(obj) == tolerant
     if tolerant is None:
         assert not _usable(obj)

@@ -1,6 +1,6 @@
 """Property: TrainerState fed adversarial projections never raises, emits only bounded labels and
 non-negative finite numbers, stays consistent (the gauge is empty once every job is deleted), and logs
-a malformed TrainJob at most once per uid (product.md §3, §6 invariant 6)."""
+a malformed TrainJob at most once per uid (docs/design/product.md §3, §6 invariant 6)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.trainer import rules
-from app.trainer.events import CountableEvent, GaugeKey, JobCreated, JobFinished
-from app.trainer.projections import (
+from app.trainer.events import CountableEvent, JobCreated, JobFinished
+from app.trainer.projections import TrainJobProjection
+from app.trainer.projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
-    TrainJobProjection,
 )
 from app.trainer.state import TrainerState
 from tests.badinput import strategies as S
@@ -25,27 +25,6 @@ from tests.badinput import strategies as S
 FUZZ = settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
-
-
-class RecordingSink:
-    def __init__(self) -> None:
-        self.events: list[CountableEvent] = []
-        self.gauge: dict[GaugeKey, int] = {}
-        self.gauge_values: list[int] = []
-
-    def on_countable(self, event: CountableEvent) -> None:
-        self.events.append(event)
-
-    def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
-        check_gauge_key(key)
-        self.gauge_values.append(value)
-        if value:
-            self.gauge[key] = value
-        else:
-            self.gauge.pop(key, None)
-
-    def on_runtimes_changed(self) -> None:
-        pass
 
 
 class Records(logging.Handler):
@@ -65,24 +44,20 @@ class Clock:
         return self.now
 
 
-def check_gauge_key(key: GaugeKey) -> None:
-    _, ref, state = key
-    assert state in rules.JOB_STATES, state
-    assert S.runtime_ref_lenient_ok(ref), ref[:200]
-
-
 def check_event(e: CountableEvent) -> None:
     assert S.runtime_ref_lenient_ok(e.runtime_ref), e.runtime_ref[:200]
     assert isinstance(e.rv, int) and e.rv >= 0
     if isinstance(e, JobCreated):
-        assert S.accelerator_class_length_ok(e.accelerator_class), e.accelerator_class[:200]
         assert isinstance(e.requested_nodes, int) and 0 <= e.requested_nodes <= rules.MAX_NUM_NODES
-        assert isinstance(e.requested_accelerators, int) and e.requested_accelerators >= 0
-        assert e.accelerator_class != rules.NONE or e.requested_accelerators == 0
+        for cls, count in e.accelerators:
+            assert S.accelerator_class_length_ok(cls), cls[:200]
+            assert isinstance(count, int) and count >= 0
+            assert cls != rules.NONE or count == 0
+        assert len({cls for cls, _ in e.accelerators}) == len(e.accelerators)
     else:
         assert isinstance(e, JobFinished)
         assert e.result in rules.RESULTS
-        assert e.reason in rules.REASONS
+        assert rules.is_reason_label(e.reason)
         assert S.finite_nonneg(e.lifetime_seconds)
 
 
@@ -116,7 +91,8 @@ def test_state_survives_adversarial_jobs_and_runtimes(
     wait: float,
     runtimes_first: bool,
 ) -> None:
-    sink, clock, hits = RecordingSink(), Clock(), []
+    sink, clock = S.recording_sink(), Clock()
+    hits: list[str] = []
     state = TrainerState(
         sink,
         max_unknown_runtime_refs=max_unknown,
@@ -218,7 +194,7 @@ def test_same_malformed_object_twice_is_logged_at_most_once(doc: Any) -> None:
     first = S.informer_projection(TRAINJOB_PROJECTOR, obj)
     assert first is not None
     again = TrainJobProjection(**{**_fields(first), "resource_version": first.resource_version + "9"})
-    state = TrainerState(RecordingSink(), runtime_wait_seconds=0)
+    state = TrainerState(S.recording_sink(), runtime_wait_seconds=0)
     log = logging.getLogger("app.trainer.state")
     records = Records()
     log.addHandler(records)

@@ -41,9 +41,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from app.metrics.journal import CountJournal
+from app.handover.journal import CountJournal
 from app.service import Service
-from app.trainer.events import JobCreated
+from app.trainer.events import JobCreated, JobFinished
 from tests.chaos.soak import Soak, SoakConfig, render_table
 
 
@@ -109,6 +109,8 @@ class Diagnosis:
         def on_countable(event: Any) -> None:
             leading = journal.leading
             orig_on(event)
+            if not isinstance(event, JobCreated | JobFinished):
+                return  # histograms only (time to running, admission wait): not what is diagnosed here
             counted = journal._journal[-1].counted if journal._journal else None
             self.emitted.append(
                 {
@@ -128,6 +130,8 @@ class Diagnosis:
             n = orig_start(previous)
             replayed, left = [], []
             for e in journal._journal:
+                if not isinstance(e.event, JobCreated | JobFinished):
+                    continue
                 kind = "created" if isinstance(e.event, JobCreated) else "finished"
                 item = (kind, e.event.uid, e.event.rv)
                 if not before.get(id(e), True) and e.counted:
@@ -153,7 +157,11 @@ class Diagnosis:
             self.attach_informer(identity, inf)
 
     def attach_informer(self, identity: str, inf: Any) -> None:
-        orig_replace, orig_sleep, orig_watch = inf._replace, inf._sleep, inf._watch
+        orig_replace, orig_sleep, orig_watch = (
+            inf._ingest.replace,
+            inf._reflector._sleep,
+            inf._reflector._watch,
+        )
 
         def replace(items: Any, list_rv: str, unusable: Any) -> None:
             before = inf.resource_version
@@ -171,7 +179,12 @@ class Diagnosis:
 
         async def sleep(delay: float) -> None:
             self.sleeps.append(
-                {"t": self.t(), "who": identity, "delay": round(delay, 3), "step": inf._backoff.step}
+                {
+                    "t": self.t(),
+                    "who": identity,
+                    "delay": round(delay, 3),
+                    "step": inf._reflector._backoff.step,
+                }
             )
             await orig_sleep(delay)
 
@@ -191,7 +204,7 @@ class Diagnosis:
             )
             return stop
 
-        inf._replace, inf._sleep, inf._watch = replace, sleep, watch
+        inf._ingest.replace, inf._reflector._sleep, inf._reflector._watch = replace, sleep, watch
 
     def replica_stopped(self, identity: str) -> None:
         if identity in self.lives:
@@ -372,7 +385,7 @@ class MemorySoak(DiagnosedSoak):
     def structures(self) -> dict[str, Any]:
         import gc as _gc
 
-        from app.kube.resources import TRAINJOBS
+        from app.trainer.kinds import TRAINJOBS
         from tests.chaos.soak import rss_bytes
 
         store = self.sim.store

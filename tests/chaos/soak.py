@@ -50,19 +50,28 @@ import time
 import tracemalloc
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.kube.resources import LEASES, TRAINJOBS
-from app.metrics.journal import CountJournal
-from app.service import WATERMARK_ANNOTATION, Service
+import uvicorn
+
+from app.handover.journal import CountJournal
+from app.handover.watermarks import WATERMARK_ANNOTATION
+from app.kube.resources import LEASES
+from app.main import create_app
+from app.service import Service
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
-from app.sim.store import StoreError
+from app.sim.status import StoreError
 from app.trainer.events import JobCreated, JobFinished
-from tests.integration.harness import Replica, parse_samples, replica
+from app.trainer.kinds import TRAINJOBS
+from tests.support import promql_visible
+from tests.support.fleet import FleetPrometheus
+from tests.support.harness import Replica, replica
+from tests.support.prom import PROMETHEUS, SCRAPE_INTERVAL_SECONDS, free_port
+from tests.support.waiting import eventually
 
 log = logging.getLogger("soak")
 
@@ -82,7 +91,8 @@ COUNTERS: dict[str, tuple[tuple[str, ...], str]] = {
     LIFETIME_COUNT: (("result", "runtime_ref"), "finished_by_result"),
     NODES_COUNT: (("runtime_ref",), "created_by_ref"),
 }
-# Summed over accelerator_class, keyed by runtime_ref (every created job is observed once).
+# Summed over accelerator_class, keyed by runtime_ref (a created job is observed once per accelerator class
+# it requests, or once as "none").
 ACCEL_KEY = ("runtime_ref",)
 
 FAULT_KINDS = (
@@ -125,6 +135,11 @@ class SoakConfig:
     # tracemalloc (1 frame) from the start: the report splits the traced memory by part of the process
     # (``memory_part``) at the warm-up point and at the end. About 3x the CPU time; off in CI.
     trace_memory: bool = False
+    # Every replica is served over HTTP and a real Prometheus (Debian's `prometheus`, when on PATH) scrapes
+    # each one every second; at the end, the increments PromQL can see over the whole run are
+    # checked against the truth (tests/support/promql_visible.py). Without the binary an in-process scraper
+    # reads every /metrics as often (a hand-over needs scrapes) and the PromQL check is skipped.
+    prometheus: bool = True
     service_overrides: dict[str, Any] = field(
         default_factory=lambda: {
             "lease_duration_seconds": 3.0,
@@ -132,6 +147,8 @@ class SoakConfig:
             "retry_period_seconds": 0.4,
             "watch_timeout_min_seconds": 20,
             "watch_timeout_max_seconds": 40,
+            # The chart's setting for a 1 s scrape interval: born at zero for 2 s (tolerates a failed scrape).
+            "zero_hold_seconds": 2.0,
         }
     )
 
@@ -142,16 +159,17 @@ Values = dict[str, dict[tuple[str, ...], float]]
 
 
 def counter_values(service: Service) -> Values:
-    """The replica's Trainer counters now, straight from its metric state (leading or not)."""
-    samples = parse_samples(service.metric_state.render_text().decode())
+    """The replica's Trainer counters now, straight from its metric state (leading or not): its numbers,
+    not a served render (which would show new series at 0, and move their born-at-zero hold on)."""
     out: Values = {name: {} for name in (*COUNTERS, ACCEL_COUNT)}
-    for (name, labels), value in samples.items():
-        if name in COUNTERS or name == ACCEL_COUNT:
-            keys = COUNTERS[name][0] if name in COUNTERS else ACCEL_KEY
-            d = dict(labels)
-            key = tuple(d.get(k, "") for k in keys)
-            key = _KEYS.setdefault(key, key)  # one tuple per series for the whole soak, not per reading
-            out[name][key] = out[name].get(key, 0.0) + value
+    for family in service.metric_state.metrics():
+        for sample in family.samples:
+            name = sample.name
+            if name in COUNTERS or name == ACCEL_COUNT:
+                keys = COUNTERS[name][0] if name in COUNTERS else ACCEL_KEY
+                key = tuple(sample.labels.get(k, "") for k in keys)
+                key = _KEYS.setdefault(key, key)  # one tuple per series for the whole soak, not per reading
+                out[name][key] = out[name].get(key, 0.0) + sample.value
     return out
 
 
@@ -185,13 +203,15 @@ def published_watermark(sim: SimulatedCluster) -> int | None:
         return None
 
 
-def _event_keys(event: JobCreated | JobFinished) -> list[tuple[str, tuple[str, ...]]]:
-    """The counter series one countable event increments."""
+def _event_keys(event: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """The counter series one countable event increments (time to running and admission wait: none)."""
+    if not isinstance(event, JobCreated | JobFinished):
+        return []
     if isinstance(event, JobCreated):
         return [
             (CREATED, (event.namespace, event.runtime_ref)),
             (NODES_COUNT, (event.runtime_ref,)),
-            (ACCEL_COUNT, (event.runtime_ref,)),
+            *[(ACCEL_COUNT, (event.runtime_ref,)) for _ in event.accelerators],
         ]
     return [
         (FINISHED, (event.result, event.reason, event.runtime_ref)),
@@ -252,10 +272,10 @@ class Recorder:
             if previous is not None:
                 raw = previous.annotations.get(WATERMARK_ANNOTATION)
                 floor = int(raw) if raw is not None and raw.isdigit() else None
-            before = counter_values(service)
             orig_start(previous)
             floor = _floor_used(service.journal, floor)
-            term = Term(identity, self.now(), floor, before)
+            # A term counts from zero (its series are new to Prometheus): its replays are its own counts.
+            term = Term(identity, self.now(), floor, {})
             self.open[identity] = term
             self.terms.append(term)
 
@@ -274,7 +294,7 @@ class Recorder:
             term.at_risk = [
                 (e.event.rv, _event_keys(e.event))
                 for e in journal._journal
-                if e.counted and e.event.rv > floor
+                if e.counted and e.term == journal._term and e.event.rv > floor
             ]
 
         service._start_exporting = start  # type: ignore[method-assign]
@@ -317,6 +337,8 @@ class DoubleCounts:
 
         def count(event: Any) -> None:
             orig(event)
+            if not isinstance(event, JobCreated | JobFinished):
+                return  # histograms only (time to running, admission wait): no counter to compare
             key = ("created" if isinstance(event, JobCreated) else "finished", event.uid)
             now = (identity, round(time.monotonic() - self.t0, 3), event.rv)
             prior = self.first.get(key)
@@ -451,7 +473,7 @@ class Visibility:
                 series = [
                     (CREATED, (req.namespace, req.runtime_ref)),
                     (NODES_COUNT, (req.runtime_ref,)),
-                    (ACCEL_COUNT, (req.runtime_ref,)),
+                    *[(ACCEL_COUNT, (req.runtime_ref,)) for _ in req.accelerators],
                 ]
                 self.edges[uid] = [_int_rv(meta), series, None, None, None]
 
@@ -484,7 +506,7 @@ class Visibility:
             span.informer = inf
             if inf.synced:
                 span.initial_rv = int(inf.resource_version or 0)
-            orig = inf._replace
+            orig = inf._ingest.replace
 
             def replace(items: Any, list_rv: str, unusable: Any, inf: Any = inf, orig: Any = orig) -> None:
                 before = int(inf.resource_version or 0)
@@ -495,7 +517,7 @@ class Visibility:
                     span.relists.append((before, listed))
                 orig(items, list_rv, unusable)
 
-            inf._replace = replace  # type: ignore[method-assign]
+            inf._ingest.replace = replace  # type: ignore[method-assign]
         return span
 
     def stopped(self, span: Span) -> None:
@@ -657,6 +679,15 @@ def service_traced_bytes() -> int:
 # --- the run ---------------------------------------------------------------------------------------
 
 
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: several run at once in this process, and each would restore
+    the handlers it found when it stops, in whatever order they stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 @dataclass
 class Live:
     replica: Replica
@@ -690,6 +721,14 @@ class Soak:
         self.stopped_services: list[tuple[str, weakref.ref[Service]]] = []
         self.memory: dict[str, dict[str, Any]] = {}  # "warm" / "end": structure sizes, traced MB by part
         self.trimmed: dict[str, int] = {}  # "warm" / "end": trimmed_rss_bytes()
+        # Each replica instance is served over HTTP on its own slot (a pre-allocated port, a Prometheus target
+        # with label pod="slot-N"): a restarted replica is a new pod, as in a Deployment.
+        slots = cfg.replicas + int(cfg.fault_seconds / 4) + 8
+        self.slot_ports = [free_port() for _ in range(slots)]
+        self.slot_of: dict[str, int] = {}  # identity -> the slot of its latest instance
+        self.slot_seq = 0
+        self.prom: FleetPrometheus | None = None
+        self.promql: dict[str, Any] = {"checked": False}
 
     def t(self) -> float:
         return round(time.monotonic() - self.t0, 3)
@@ -707,12 +746,106 @@ class Soak:
             "handover_journal_size": self.cfg.journal_size,
             "lease_name": LEASE_NAME,
         }
+        # Its HTTP server stops after the replica has (the stack unwinds in reverse): a graceful stop hands
+        # over while Prometheus still scrapes it.
+        served: list[tuple[uvicorn.Server, asyncio.Task[None], Any]] = []
+        stack.push_async_callback(self._stop_serving, served)
         r = await stack.enter_async_context(replica(self.kubeconfig, identity, **overrides))
+        served.extend(await self._serve(r.service))
         self.recorder.attach(r.service)
         self.doubles.attach(r.service)
         self.spans[identity] = self.visibility.attach(r.service)
         self.live[identity] = Live(r, stack, self.t())
         return identity
+
+    async def _serve(self, service: Service) -> list[tuple[uvicorn.Server, asyncio.Task[None], Any]]:
+        """Serve the replica's routes (its running Service, no lifespan of their own) on the next slot."""
+        slot = self.slot_seq
+        self.slot_seq += 1
+        if slot >= len(self.slot_ports):
+            self.problems.append(f"{self.t()}: no slot left to serve {service.settings.identity}")
+            return []
+        self.slot_of[service.settings.identity] = slot
+        app = create_app(service.settings)
+        app.state.service = service
+        port = self.slot_ports[slot]
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, lifespan="off", log_config=None, access_log=False
+        )
+        server = _Server(config)
+        task = asyncio.create_task(server.serve(), name=f"http {service.settings.identity}")
+
+        def started() -> bool:
+            if task.done():
+                task.result()
+                raise RuntimeError(f"the HTTP server of {service.settings.identity} did not start")
+            return bool(server.started)
+
+        await eventually(started, 30.0, interval=0.01, what=f"the HTTP server of {service.settings.identity}")
+        return [(server, task, app)]
+
+    @staticmethod
+    async def _stop_serving(served: list[tuple[uvicorn.Server, asyncio.Task[None], Any]]) -> None:
+        for server, task, app in served:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await task
+            app.state.service = None  # nothing may keep a stopped replica alive (stopped_services_alive)
+        served.clear()
+
+    async def scrape_without_prometheus(self, stop: asyncio.Event) -> None:
+        """Without a Prometheus binary: read every replica's /metrics each scrape interval, as one would
+        (a leader hands over only what a scrape has shown)."""
+        while not stop.is_set():
+            for entry in list(self.live.values()):
+                with contextlib.suppress(Exception):
+                    await entry.replica.http.get("/metrics")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), SCRAPE_INTERVAL_SECONDS)
+
+    def targets(self) -> list[tuple[str, dict[str, str]]]:
+        return [
+            (f"127.0.0.1:{port}", {"namespace": "trainer-metrics-soak", "pod": f"slot-{slot}"})
+            for slot, port in enumerate(self.slot_ports)
+        ]
+
+    async def visible_counts(self, leader: str | None, since_wall: float) -> None:
+        """Once the leader's last counts are out of their hold and seen: a scrape after that, then the
+        increments PromQL can see over the whole run (``self.promql``, compared in ``report``)."""
+        prom = self.prom
+        if prom is None or leader is None:
+            return
+        service = self.live[leader].replica.service
+        settled = await self.wait_for(
+            lambda: service.metric_state.held_series == 0 and service.ledger.all_seen(), 30.0
+        )
+        if not settled:
+            self.problems.append("the final leader's counts were not all scraped within 30 s")
+        slot = self.slot_of[leader]
+        expr = f'timestamp(up{{pod="slot-{slot}"}}) and up{{pod="slot-{slot}"}} == 1'
+        after = time.time()
+
+        def scraped() -> float | None:
+            result = prom.query(expr)
+            stamp = float(result[0]["value"][1]) if result else 0.0
+            return stamp if stamp > after else None
+
+        try:
+            at: float = await eventually(
+                lambda: asyncio.to_thread(scraped), 20.0, interval=0.2, what="a scrape of the final leader"
+            )
+        except AssertionError:
+            self.problems.append("no scrape of the final leader after the run settled")
+            return
+        seconds = int(at - since_wall) + 10
+
+        def query() -> tuple[promql_visible.Table, int]:
+            names = (*COUNTERS,)
+            table = promql_visible.visible_increments(prom, at, seconds, names=names)
+            return table, len(promql_visible.born_above_zero(prom, at, seconds))
+
+        table, born = await asyncio.to_thread(query)
+        self.promql = {"checked": True, "visible": table, "born_above_zero": born, "range_s": seconds}
 
     def _check_replica(self, identity: str) -> None:
         svc = self.live[identity].replica.service
@@ -739,12 +872,12 @@ class Soak:
         return leaders[0] if len(leaders) == 1 else None
 
     async def wait_for(self, check: Callable[[], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if check():
-                return True
-            await asyncio.sleep(0.05)
-        return check()
+        """``eventually``, but False instead of a failure: the soak records the problem and carries on."""
+        try:
+            await eventually(check, timeout)
+        except AssertionError:
+            return False
+        return True
 
     def all_ready(self) -> bool:
         return all(not e.replica.service.readiness_problems() for e in self.live.values())
@@ -780,7 +913,7 @@ class Soak:
                 except Exception as exc:  # a replica stopping under us
                     if identity in self.live:
                         self.problems.append(f"/readyz of {identity} failed: {exc!r}")
-            await asyncio.sleep(self.cfg.sample_interval)
+            await asyncio.sleep(self.cfg.sample_interval)  # the sampler's period (scenario pacing)
 
     def memory_point(self) -> dict[str, Any]:
         """Sizes of the bounded structures (summed over the live replicas) and, when tracing, the traced
@@ -840,7 +973,7 @@ class Soak:
             duration = self.cfg.inactivity_timeout + rng.uniform(*self.cfg.stall_extra)
             start = self.t()
             f.stall_watches(resource=resource)
-            await asyncio.sleep(duration)
+            await asyncio.sleep(duration)  # the fault itself: a stall outlasting the inactivity timeout
             f.release_watches()
             if calm:
                 self.stalls.append((start, self.t(), resource))
@@ -901,7 +1034,7 @@ class Soak:
     async def faults_loop(self, stop_at: float) -> None:
         deck: list[str] = []
         while time.monotonic() < stop_at:
-            await asyncio.sleep(self.rng.uniform(*self.cfg.fault_gap))
+            await asyncio.sleep(self.rng.uniform(*self.cfg.fault_gap))  # the gap between faults (scenario)
             if time.monotonic() >= stop_at:
                 break
             if not deck:
@@ -958,6 +1091,8 @@ class Soak:
                         with contextlib.suppress(Exception):
                             await self.stop_replica(identity, kill=False)
         finally:
+            if self.prom is not None:
+                await asyncio.to_thread(self.prom.stop)
             if started_tracing:
                 tracemalloc.stop()
             root.removeHandler(errors)
@@ -989,12 +1124,32 @@ class Soak:
     async def _run_inner(self) -> dict[str, Any]:
         cfg = self.cfg
         self.prefill_steps = self.prefill_history()
+        stop = asyncio.Event()
+        scraper = None
+        if cfg.prometheus and PROMETHEUS is not None:
+            prom = FleetPrometheus(self.workdir, self.targets())
+            await asyncio.to_thread(prom.start)
+            self.prom = prom
+        else:
+            scraper = asyncio.create_task(self.scrape_without_prometheus(stop), name="scraper")
         for _ in range(cfg.replicas):
             await self.start_replica()
         if not await self.wait_for(lambda: self.leader() is not None and self.all_ready(), 30.0):
             raise RuntimeError("replicas did not become ready with one leader")
+        if self.prom is not None:
+            # The first leader's series are in Prometheus (at zero) before the first TrainJob is counted.
+            prom_ = self.prom
+            try:
+                await eventually(
+                    lambda: asyncio.to_thread(prom_.query, "kubeflow_trainer_runtime_info"),
+                    20.0,
+                    interval=0.2,
+                    what="the first leader's series in Prometheus",
+                )
+            except AssertionError:
+                self.problems.append("the first leader's series were not in Prometheus 20 s after it led")
         start_truth = self.gen.snapshot()
-        stop = asyncio.Event()
+        start_wall = time.time()
         gen_stop = asyncio.Event()
         background = [
             asyncio.create_task(self.gen.run(cfg.rate, gen_stop), name="generator"),
@@ -1022,9 +1177,16 @@ class Soak:
             return True
 
         ok = await self.wait_for(settled, cfg.settle_timeout)
-        await asyncio.sleep(2.5)  # housekeeping flush of pending creations, one more renew
         if not ok:
             self.problems.append(f"did not settle within {cfg.settle_timeout} s")
+        # Housekeeping has flushed the creations still waiting for a runtime, then the leader has renewed
+        # the Lease twice (the second renew was built after the last count).
+        flushed = await self.wait_for(
+            lambda: all(e.replica.service.state.pending_count == 0 for e in self.live.values()), 15.0
+        )
+        writes = self.lease_writes
+        if not (flushed and await self.wait_for(lambda: self.lease_writes >= writes + 2, 15.0)):
+            self.problems.append("pending creations not flushed, or no renew, within 15 s of settling")
         settle_seconds = time.monotonic() - settle_start
         gc.collect()
         rss_end = rss_bytes()
@@ -1048,8 +1210,9 @@ class Soak:
         for identity, e in self.live.items():
             s = await e.replica.samples()
             scraped_leader_flags[identity] = s.get(("trainer_metrics_leader", ()), -1.0)
+        await self.visible_counts(leader, start_wall)
         stop.set()
-        await asyncio.gather(*background[1:])
+        await asyncio.gather(*background[1:], *([scraper] if scraper is not None else []))
         return self.report(
             start_truth=start_truth,
             end_truth=end_truth,
@@ -1064,6 +1227,23 @@ class Soak:
         )
 
     # -- report --
+
+    def promql_report(self, truth: Values, allowance: Values) -> dict[str, Any]:
+        """The increments PromQL can see over the whole run against the same truth (edges no replica could
+        see taken off) and the same allowance as the leaders' own counts: never below, above only by it."""
+        if not self.promql.get("checked"):
+            return {"checked": False, "born_above_zero": None}
+        result = promql_visible.compare(self.promql["visible"], truth, allowance, names=tuple(COUNTERS))
+        return {
+            "checked": True,
+            "range_s": self.promql["range_s"],
+            "totals_visible_truth": result.totals,
+            "lost": _keyed(result.lost),
+            "over_allowance": _keyed(result.over_allowance),
+            "extra_within_allowance": sum(sum(keys.values()) for keys in result.extra.values())
+            - sum(sum(keys.values()) for keys in result.over_allowance.values()),
+            "born_above_zero": self.promql["born_above_zero"],
+        }
 
     def report(
         self,
@@ -1088,7 +1268,9 @@ class Soak:
         for (ns, ref), n in created.items():
             truth[CREATED][(ns, ref)] = truth[CREATED].get((ns, ref), 0) + n
             truth[NODES_COUNT][(ref,)] = truth[NODES_COUNT].get((ref,), 0) + n
-            truth[ACCEL_COUNT][(ref,)] = truth[ACCEL_COUNT].get((ref,), 0) + n
+        for req in end_truth.requests_since(start_truth):  # one observation per accelerator class
+            ref_key = (req.runtime_ref,)
+            truth[ACCEL_COUNT][ref_key] = truth[ACCEL_COUNT].get(ref_key, 0) + len(req.accelerators)
         for (result, reason, ref), n in finished.items():
             truth[FINISHED][(result, reason, ref)] = n
             truth[LIFETIME_COUNT][(result, ref)] = truth[LIFETIME_COUNT].get((result, ref), 0) + n
@@ -1151,6 +1333,7 @@ class Soak:
         for d in seen_late:
             for name, key in d["series"]:
                 allowance.setdefault(name, {})[key] = allowance.get(name, {}).get(key, 0) + 1
+        promql = self.promql_report(truth, allowance)
         differences: dict[str, dict[str, float]] = {}
         violations: list[str] = []
         per_counter: dict[str, dict[str, float]] = {}
@@ -1284,11 +1467,16 @@ class Soak:
             "stalls_not_checked": self.uncalm_stalls,
             "readiness_samples": len(self.readiness),
             "harness_problems": self.problems,
+            "promql": promql,
             "lease_writes": self.lease_writes,
             "lease_watermark_decreases": self.watermark_decreases,
             "replicas_started": self.replica_seq,
             "store_trainjobs_end": len(self.sim.store.list(TRAINJOBS, None)[0]),
         }
+
+
+def _keyed(table: dict[str, dict[tuple[str, ...], float]]) -> dict[str, dict[str, float]]:
+    return {name: {"|".join(key): value for key, value in keys.items()} for name, keys in table.items()}
 
 
 def _traced_growth(memory: dict[str, dict[str, Any]], part: str) -> float | None:
@@ -1366,6 +1554,15 @@ def render_table(report: dict[str, Any]) -> str:
     )
     row("edges counted again, by cause", json.dumps(report["doubles_by_cause"]))
     row("uncertain edges settled at the floor", json.dumps(report["uncertain_settled"]))
+    p = report.get("promql") or {}
+    if p.get("checked"):
+        row(
+            "PromQL-visible vs truth (whole run)",
+            f"{json.dumps(p['totals_visible_truth'])}; lost {len(p['lost'])} series, over allowance "
+            f"{len(p['over_allowance'])}, born above 0: {p['born_above_zero']}",
+        )
+    else:
+        row("PromQL-visible vs truth (whole run)", "not checked (no prometheus binary)")
     row(
         "Lease writes / watermark decreases",
         f"{report['lease_writes']} / {len(report['lease_watermark_decreases'])}",
@@ -1429,6 +1626,12 @@ def check(report: dict[str, Any], cfg: SoakConfig) -> list[str]:
         out.append(f"edges counted again for no documented cause: {report['doubles_by_cause']}")
     if report["lease_watermark_decreases"]:
         out.append(f"Lease watermark went down: {report['lease_watermark_decreases'][:5]}")
+    promql = report.get("promql") or {}
+    if promql.get("checked") and (promql["lost"] or promql["over_allowance"] or promql["born_above_zero"]):
+        out.append(
+            f"PromQL: lost {promql['lost']}, over allowance {promql['over_allowance']}, "
+            f"series born above 0: {promql['born_above_zero']}"
+        )
     for kind in FAULT_KINDS:
         if not report["episodes_by_kind"].get(kind):
             out.append(f"fault kind {kind} never injected")

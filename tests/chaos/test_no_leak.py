@@ -28,7 +28,8 @@ from app.service import Service
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
 from tests.chaos.soak import SoakConfig, service_traced_bytes
-from tests.integration.harness import eventually, replica
+from tests.support.harness import last_write_rv, replica
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -40,6 +41,23 @@ JOBS = 300
 async def _warm(services: list[Service]) -> bool:
     leaders = [s for s in services if s.journal.leading]
     return len(leaders) == 1 and all(not s.readiness_problems() for s in services)
+
+
+def _steady(services: list[Service], store: Any) -> bool:
+    """Nothing left to happen: one leader, all ready, every informer at the store's last write, every
+    follower has read the leader's Lease (the point at which the memory and the tasks are compared)."""
+    leaders = [s for s in services if s.journal.leading]
+    if len(leaders) != 1 or any(s.readiness_problems() for s in services):
+        return False
+    holder = leaders[0].settings.identity
+    return all(
+        s.elector is not None
+        and s.elector.status().holder == holder
+        and all(
+            i.synced and int(i.resource_version or 0) >= last_write_rv(store, i.resource) for i in s.informers
+        )
+        for s in services
+    )
 
 
 async def test_stopped_and_killed_replicas_are_freed(tmp_path: Path) -> None:
@@ -76,7 +94,9 @@ async def test_stopped_and_killed_replicas_are_freed(tmp_path: Path) -> None:
             for _ in range(REPLICAS):
                 await start()
             await settled()
-            await asyncio.sleep(1.0)
+            await eventually(
+                lambda: _steady([s for s, _ in live.values()], sim.store), timeout=30.0, what="a steady fleet"
+            )
             gc.collect()
             warm_bytes = service_traced_bytes()
             warm_tasks = len(asyncio.all_tasks())
@@ -95,7 +115,15 @@ async def test_stopped_and_killed_replicas_are_freed(tmp_path: Path) -> None:
                 await start()
                 await settled()
 
-            await asyncio.sleep(1.0)
+            await eventually(
+                lambda: _steady([s for s, _ in live.values()], sim.store), timeout=30.0, what="a steady fleet"
+            )
+            # Tasks of the stopped replicas (their last requests, a release) end on their own: wait for it.
+            await eventually(
+                lambda: len(asyncio.all_tasks()) <= warm_tasks,
+                timeout=10.0,
+                what=f"the asyncio tasks back to the warm fleet's {warm_tasks}",
+            )
             gc.collect()
             alive = [identity for identity, ref in stopped if ref() is not None]
             end_bytes = service_traced_bytes()

@@ -71,6 +71,21 @@ def test_every_edge_counted_twice_has_a_documented_cause(report: dict[str, Any])
     assert report["doubles_unexplained"] == 0, report["doubles_not_crash_bound"]
 
 
+def test_promql_sees_every_count_over_the_whole_run(report: dict[str, Any]) -> None:
+    """A real Prometheus scraped every replica each second for the whole run: the increments PromQL can see
+    (tests/support/promql_visible.py) are never below the truth (less the edges no replica could see), and
+    above it only by the same allowance as the leaders' own counts (the crash bound, edges seen late); every
+    series of every leader term was born at zero."""
+    promql = report["promql"]
+    if not promql["checked"]:
+        pytest.skip("prometheus not on PATH (Debian package `prometheus`; `bash .ci/run` installs it)")
+    assert promql["lost"] == {}, promql
+    assert promql["over_allowance"] == {}, promql
+    assert promql["born_above_zero"] == 0, promql
+    visible, truth = promql["totals_visible_truth"]["kubeflow_trainer_trainjob_created_total"]
+    assert truth >= 1000 and visible >= truth, promql
+
+
 def test_the_lease_watermark_never_goes_down(report: dict[str, Any]) -> None:
     """Each watermark published in the Lease was counted up to; a lower one written later (a former leader
     taking the Lease back with its old term's value) would let the next takeover recount."""

@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 
 from app.kube.informer import Informer
-from app.kube.resources import TRAINJOBS
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
-from tests.integration.harness import Replica, eventually, replica, total
+from app.trainer.kinds import TRAINJOBS
+from tests.support.harness import Replica, replica, total
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,11 +46,14 @@ def _trainjob_informer(r: Replica) -> Informer[Any]:
     return next(i for i in r.service.informers if i.name == INFORMER)
 
 
+def _runtime_informer(r: Replica) -> Informer[Any]:
+    return next(i for i in r.service.informers if i.name == "clustertrainingruntimes")
+
+
 @pytest.fixture
-async def sim() -> AsyncIterator[SimulatedCluster]:
+def sim_options() -> dict[str, Any]:
     # Bookmarks every 0.5 s: a healthy idle watch is never silent for as long as the inactivity timeout.
-    async with SimulatedCluster(bookmark_interval=0.5, load_runtimes=True) as cluster:
-        yield cluster
+    return {"bookmark_interval": 0.5, "load_runtimes": True}
 
 
 @pytest.fixture
@@ -121,7 +125,11 @@ async def test_informer_restarts_silent_watch_and_recovers_after_release(
     during = gen.snapshot()
     assert during.created_since(before)
     try:
-        await asyncio.sleep(0.5)
+        # Two bookmarks on an unstalled watch: the server has had a full bookmark interval, after the
+        # writes, in which the stalled watch could have let them through.
+        runtimes = _runtime_informer(one)
+        bookmarks = runtimes.counters.bookmark
+        await eventually(lambda: runtimes.counters.bookmark >= bookmarks + 2, timeout=5, what="bookmarks")
         assert int(informer.resource_version) < during.resource_version, "the stall let events through"
         await eventually(
             lambda: informer.counters.watch_restarts["inactivity"] >= restarts_before + 2,

@@ -67,8 +67,9 @@ class Rendered:
 
     @property
     def container(self) -> Obj:
+        """The service's container (extraContainers may add sidecars after it)."""
         containers = self.one("Deployment")["spec"]["template"]["spec"]["containers"]
-        assert len(containers) == 1
+        assert containers[0]["name"] == "trainer-metrics", [c["name"] for c in containers]
         container: Obj = containers[0]
         return container
 
@@ -98,3 +99,30 @@ def iter_rules(objects: list[Obj]) -> Iterator[tuple[Obj, Obj]]:
         if obj["kind"] in ("Role", "ClusterRole"):
             for rule in obj.get("rules") or []:
                 yield obj, rule
+
+
+# --- the Dockerfile ---------------------------------------------------------------------------------------
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for instr in instructions():
+        if instr[0] == "FROM":
+            result.append([])
+        if result:
+            result[-1].append(instr)
+    return result

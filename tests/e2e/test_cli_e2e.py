@@ -5,6 +5,7 @@ by a real Prometheus. The workload never stops here, so counters are compared th
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -21,8 +22,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.sim.generator import WorkloadGenerator
 from app.sim.store import Store
-
-from .prom import Prometheus, free_port, promtool, requires_prometheus, running_prometheus, wait_for
+from tests.support.prom import (
+    SCRAPE_INTERVAL_SECONDS,
+    Prometheus,
+    free_port,
+    promtool,
+    requires_prometheus,
+    running_prometheus,
+    wait_for,
+)
 
 pytestmark = requires_prometheus
 
@@ -63,9 +71,18 @@ def as_stored(samples: Samples, cli: CLI) -> Samples:
     }
 
 
+def _ready_or_exited(proc: subprocess.Popen[bytes], port: int) -> str | None:
+    if proc.poll() is not None:
+        return "exited"
+    return "ready" if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0).status_code == 200 else None
+
+
 def start_cli(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     assert EXECUTABLE.exists(), f"{EXECUTABLE} missing: is the project installed in the virtualenv?"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_METRICS_")}
+    # Born at zero for two scrape intervals of the test's Prometheus, as the chart sets it (the default,
+    # 60 s, is for 30 s intervals); it also bounds the hand-over wait at SIGTERM.
+    env["TRAINER_METRICS_ZERO_HOLD_SECONDS"] = str(2 * SCRAPE_INTERVAL_SECONDS)
     log_path = workdir / "trainer-metrics.log"
     for _attempt in range(3):
         port = free_port()
@@ -78,6 +95,8 @@ def start_cli(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
                     "127.0.0.1",
                     "--port",
                     str(port),
+                    "--probe-port",
+                    "0",  # any free port: the probe listener's default (8081) may be taken here
                     "--sim-seed",
                     str(SEED),
                 ],
@@ -86,14 +105,14 @@ def start_cli(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0).status_code == 200:
-                    return proc, port
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        try:
+            outcome = wait_for(
+                functools.partial(_ready_or_exited, proc, port), timeout=60, what="trainer-metrics /readyz"
+            )
+        except AssertionError:
+            outcome = "not ready"
+        if outcome == "ready":
+            return proc, port
         stop(proc)
         if "address already in use" not in log_path.read_text(errors="replace").lower():
             break

@@ -26,9 +26,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.sim.truth import TruthSnapshot
-
-from .inprocess import InProcessService
-from .prom import (
+from tests.support.prom import (
     PROMETHEUS_ACCEPT,
     SCRAPE_INTERVAL_SECONDS,
     Prometheus,
@@ -40,6 +38,8 @@ from .prom import (
     wait_for,
 )
 
+from .inprocess import InProcessService
+
 pytestmark = requires_prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,13 @@ ALERTS_FILE = ROOT / "helm" / "trainer-metrics" / "files" / "alerts.yaml"
 DASHBOARD_FILE = ROOT / "helm" / "trainer-metrics" / "files" / "dashboard.json"
 
 JOB = "trainer-metrics"
-TARGET_LABELS = {"namespace": "trainer-metrics-e2e", "pod": "trainer-metrics-0", "endpoint": "http"}
+# `cluster`, as a global view's external label would add it: the alerts and panels group by it.
+TARGET_LABELS = {
+    "namespace": "trainer-metrics-e2e",
+    "pod": "trainer-metrics-0",
+    "endpoint": "http",
+    "cluster": "e2e",
+}
 SEED = 20240611
 RUN_SECONDS = 12.0
 GENERATOR_RATE = 20.0  # steps/s: ~240 steps, dozens of TrainJobs created and finished
@@ -109,11 +115,20 @@ def expected_counters(before: TruthSnapshot, after: TruthSnapshot) -> dict[str, 
     nodes: Counter[tuple[str, ...]] = Counter()
     accel_counts: Counter[tuple[str, ...]] = Counter()
     accels: Counter[tuple[str, ...]] = Counter()
+    startup_counts: Counter[tuple[str, ...]] = Counter()
+    for started in after.started_since(before):
+        startup_counts[(started.runtime_ref,)] += 1
+    admission_counts: Counter[tuple[str, ...]] = Counter()
+    admission_waits: dict[tuple[str, ...], float] = defaultdict(float)
+    for admitted in after.admitted_since(before):
+        admission_counts[(admitted.runtime_ref,)] += 1
+        admission_waits[(admitted.runtime_ref,)] += admitted.wait_seconds
     for req in after.requests_since(before):
         node_counts[(req.runtime_ref,)] += 1
         nodes[(req.runtime_ref,)] += req.nodes
-        accel_counts[(req.accelerator_class, req.runtime_ref)] += 1
-        accels[(req.accelerator_class, req.runtime_ref)] += req.accelerators
+        for accelerator_class, count in req.accelerators:  # one observation per class requested
+            accel_counts[(accelerator_class, req.runtime_ref)] += 1
+            accels[(accelerator_class, req.runtime_ref)] += count
     return {  # zero entries dropped: a sum of zeros is a series with value 0, compared as absent
         "created": {k: float(v) for k, v in after.created_since(before).items()},
         "finished": {k: float(v) for k, v in after.finished_since(before).items()},
@@ -124,6 +139,10 @@ def expected_counters(before: TruthSnapshot, after: TruthSnapshot) -> dict[str, 
         "nodes_sum": {k: float(v) for k, v in nodes.items() if v},
         "accel_count": {k: float(v) for k, v in accel_counts.items()},
         "accel_sum": {k: float(v) for k, v in accels.items() if v},
+        # Time to running: the count is exact; its sum is the service's clock, compared with /metrics only.
+        "startup_count": {k: float(v) for k, v in startup_counts.items()},
+        "admission_count": {k: float(v) for k, v in admission_counts.items()},
+        "admission_sum": {k: v for k, v in admission_waits.items() if v},
     }
 
 
@@ -146,6 +165,9 @@ TRAINER_SERIES = [
         "kubeflow_trainer_trainjob_requested_accelerators_sum",
         ("accelerator_class", "runtime_ref"),
     ),
+    ("startup_count", "kubeflow_trainer_trainjob_startup_seconds_count", ("runtime_ref",)),
+    ("admission_count", "kubeflow_trainer_trainjob_admission_wait_seconds_count", ("runtime_ref",)),
+    ("admission_sum", "kubeflow_trainer_trainjob_admission_wait_seconds_sum", ("runtime_ref",)),
 ]
 
 
@@ -204,7 +226,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
             )
             first = min(float(s["value"][1]) for s in first_scrape)
             before = service.start_generator(GENERATOR_RATE)
-            time.sleep(RUN_SECONDS)
+            time.sleep(RUN_SECONDS)  # the workload's duration (scenario); what follows waits for settling
             steps = service.stop_generator()
             after = service.truth()
             text = wait_for(
@@ -298,6 +320,33 @@ def test_every_exported_trainer_sample_is_in_prometheus_with_its_value(e2e: E2E)
     assert close(got, own), mismatch("Trainer samples", got, own)
 
 
+def test_per_trainjob_series_name_every_live_job_with_its_state(e2e: E2E) -> None:
+    """On in simulate mode: one info and one state series per live TrainJob, in the truth's state; running
+    ones that report trainerStatus have a loss; the text metric (a checkpoint path) is skipped and counted."""
+    prom, at = e2e.prom, e2e.eval_time
+    live = e2e.service.call(lambda: len(e2e.service.gen().jobs))
+    assert prom.scalar(f'count(kubeflow_trainer_trainjob_info{{job="{JOB}"}})', at) == live
+    got = prom.values(
+        f'count by (namespace, state) (kubeflow_trainer_trainjob_status_state{{job="{JOB}"}})',
+        "namespace",
+        "state",
+        at=at,
+    )
+    want: dict[tuple[str, ...], float] = defaultdict(float)
+    for (namespace, _, state), n in e2e.after.jobs.items():
+        want[(namespace, state)] += n
+    assert got == dict(want), mismatch("per-TrainJob states", got, dict(want))
+    running_with_loss = (
+        f'kubeflow_trainer_trainjob_status_trainer_metric{{job="{JOB}", metric="loss"}} '
+        f'and ignoring (metric, state) kubeflow_trainer_trainjob_status_state{{job="{JOB}", state="running"}}'
+    )
+    assert finite(prom.query(running_with_loss, at)), "no running TrainJob with a loss"
+    skipped = prom.values(
+        f'trainer_metrics_per_trainjob_skipped_trainer_metrics{{job="{JOB}"}}', "reason", at=at
+    )
+    assert skipped[("unparsable",)] > 0 and skipped[("over_cap",)] == 0, skipped
+
+
 def test_one_leader_and_synced_informers(e2e: E2E) -> None:
     prom, at = e2e.prom, e2e.eval_time
     assert prom.values(f'trainer_metrics_leader{{job="{JOB}"}}', "namespace", "pod", at=at) == {
@@ -347,35 +396,45 @@ def test_readme_promql_examples_return_data(e2e: E2E) -> None:
 # Alerts whose condition must be quiet on this healthy cluster: the expression evaluates without error to an
 # empty result, and the inner (unfiltered) part of it returns data, so the emptiness is the condition's
 # doing and not a missing metric or a mistyped label.
+# Every selector carries the exporter's job (the rules file's default selector, and JOB here), and every
+# aggregation starts with `cluster` (absent in this single Prometheus: it groups as if not there).
+SEL = f'job="{JOB}"'
 QUIET_ALERTS = {
-    "TrainerMetricsAbsent": ["trainer_metrics_leader"],
-    "TrainerMetricsNoLeader": ["sum by (namespace, job) (trainer_metrics_leader)"],
-    "TrainerMetricsMultipleLeaders": ["sum by (namespace, job) (trainer_metrics_leader)"],
+    "TrainerMetricsAbsent": [f"trainer_metrics_leader{{{SEL}}}"],
+    "TrainerMetricsNoLeader": [f"sum by (cluster, namespace, job) (trainer_metrics_leader{{{SEL}}})"],
+    "TrainerMetricsMultipleLeaders": [f"sum by (cluster, namespace, job) (trainer_metrics_leader{{{SEL}}})"],
     "TrainerMetricsLeaderFlapping": [
-        "sum by (namespace, job) (increase(trainer_metrics_leader_transitions_total[1h]))"
+        f"sum by (cluster, namespace, job) (increase(trainer_metrics_leader_transitions_total{{{SEL}}}[1h]))"
     ],
-    "TrainerMetricsInformerNotSynced": ["trainer_metrics_informer_synced"],
-    "TrainerMetricsInformerStale": ["trainer_metrics_informer_stale"],
+    "TrainerMetricsInformerNotSynced": [f"trainer_metrics_informer_synced{{{SEL}}}"],
+    "TrainerMetricsInformerStale": [f"trainer_metrics_informer_stale{{{SEL}}}"],
     "TrainerMetricsRelistsFrequent": [
-        "sum by (namespace, job, pod, informer) (increase(trainer_metrics_informer_relists_total[30m]))"
+        "sum by (cluster, namespace, job, pod, informer) "
+        f"(increase(trainer_metrics_informer_relists_total{{{SEL}}}[30m]))"
     ],
     "TrainerMetricsLimitHit": [
-        "sum by (namespace, job, limit) (increase(trainer_metrics_limit_hits_total[1h]))"
+        f"sum by (cluster, namespace, job, limit) (increase(trainer_metrics_limit_hits_total{{{SEL}}}[1h]))"
     ],
 }
 # Alerts whose condition depends on the random workload (it may or may not hold now; `for:` would decide):
 # each must evaluate without error, and its inner parts must return data.
 WORKLOAD_ALERTS = {
     "KubeflowTrainJobFailureRatioHigh": [
-        'sum by (runtime_ref) (rate(kubeflow_trainer_trainjob_finished_total{result="failed"}[1h]))',
-        "sum by (runtime_ref) (rate(kubeflow_trainer_trainjob_finished_total[1h]))",
-        "sum by (runtime_ref) (increase(kubeflow_trainer_trainjob_finished_total[1h]))",
+        "sum by (cluster, runtime_ref) "
+        f'(rate(kubeflow_trainer_trainjob_finished_total{{{SEL}, result="failed"}}[1h]))',
+        f"sum by (cluster, runtime_ref) (rate(kubeflow_trainer_trainjob_finished_total{{{SEL}}}[1h]))",
+        f"sum by (cluster, runtime_ref) (increase(kubeflow_trainer_trainjob_finished_total{{{SEL}}}[1h]))",
     ],
     "KubeflowTrainJobsPendingTooLong": [
-        'max by (namespace, runtime_ref) (kubeflow_trainer_trainjobs{state="pending"})'
+        f'max by (cluster, namespace, runtime_ref) (kubeflow_trainer_trainjobs{{{SEL}, state="pending"}})'
     ],
     "KubeflowTrainJobsSuspendedTooLong": [
-        'max by (namespace, runtime_ref) (kubeflow_trainer_trainjobs{state="suspended"})'
+        f'max by (cluster, namespace, runtime_ref) (kubeflow_trainer_trainjobs{{{SEL}, state="suspended"}})'
+    ],
+    # Per-TrainJob series (on in simulate mode): no job of this run is two hours old, but its parts have data.
+    "KubeflowTrainJobStuckPending": [
+        f"time() - kubeflow_trainer_trainjob_created_timestamp_seconds{{{SEL}}}",
+        f'kubeflow_trainer_trainjob_status_state{{{SEL}, state="pending"}}',
     ],
 }
 
@@ -413,6 +472,12 @@ def test_alert_expressions_evaluate_and_their_inner_parts_return_data(e2e: E2E) 
     assert not failures, "\n".join(failures)
 
 
+def grafana_regex_escape(value: str) -> str:
+    """Grafana's escape of a variable value inside a Prometheus regex (prometheusRegularEscape): a backslash
+    doubled for the PromQL string, before each regex metacharacter."""
+    return re.sub(r"([\\$^*{}\[\]'+?.()|])", r"\\\\\1", value)
+
+
 def grafana_substitute(expr: str, variables: dict[str, str]) -> str:
     expr = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$__interval", "1s")
     expr = expr.replace("$__range", "1h")
@@ -422,7 +487,7 @@ def grafana_substitute(expr: str, variables: dict[str, str]) -> str:
 def test_dashboard_variables_list_what_the_cluster_has(e2e: E2E) -> None:
     """Grafana evaluates label_values(<selector>, <label>) through /api/v1/label/<label>/values."""
     dashboard = json.loads(DASHBOARD_FILE.read_text())
-    all_values = {"job": ".*", "namespace": ".*", "runtime_ref": ".*"}
+    all_values = {"cluster": ".*", "job": ".*", "namespace": ".*", "runtime_ref": ".*"}
     found: dict[str, list[str]] = {}
     for var in dashboard["templating"]["list"]:
         if var["type"] != "query":
@@ -431,19 +496,46 @@ def test_dashboard_variables_list_what_the_cluster_has(e2e: E2E) -> None:
         assert match, var["query"]
         found[var["name"]] = e2e.prom.label_values(match[2], grafana_substitute(match[1], all_values))
     assert found["job"] == [JOB]
+    assert found["cluster"] == [TARGET_LABELS["cluster"]]
     assert sorted(found["namespace"]) == sorted({ns for ns, _, _ in e2e.after.jobs})
-    assert set(found["runtime_ref"]) == {ref for _, ref in e2e.after.created_since(e2e.before)}
+    # Runtimes of current TrainJobs and of those created or finished: every runtime_ref the three series
+    # carry in the settled exposition (Prometheus may also list series that have gone since).
+    exported = {
+        dict(labels)["runtime_ref"]
+        for (name, labels), _ in parse_samples(e2e.settled_metrics).items()
+        if name
+        in (
+            "kubeflow_trainer_trainjobs",
+            "kubeflow_trainer_trainjob_created_total",
+            "kubeflow_trainer_trainjob_finished_total",
+        )
+    }
+    assert {ref for _, ref in e2e.after.created_since(e2e.before)} <= exported
+    assert exported <= set(found["runtime_ref"])
+    assert all(ref.startswith("trainer.kubeflow.org/") or ref == "unknown" for ref in found["runtime_ref"])
 
 
 def test_dashboard_panels_return_data(e2e: E2E) -> None:
     """Every panel query, with the variables at the dashboard's default selection (All, i.e. `.*`), over
     the whole run as Grafana would draw it (query_range, 1 s step)."""
     dashboard = json.loads(DASHBOARD_FILE.read_text())
-    variables = {}
+    variables: dict[str, str] = {}
     for var in dashboard["templating"]["list"]:
         if var["type"] == "query":
             assert var["current"]["value"] == ["$__all"], var["name"]
-            variables[var["name"]] = var["allValue"]
+            if var.get("allValue") is not None:
+                variables[var["name"]] = var["allValue"]
+            else:
+                # Grafana's All without a custom value: the variable's own values as a regex alternation (the
+                # job variable, so that All never means `.*`, which would take in the upstream controller).
+                match = re.fullmatch(r"label_values\((.*), *([a-z_]+)\)", var["query"]["query"])
+                assert match, var["query"]
+                inner = grafana_substitute(
+                    match[1], {**dict.fromkeys(("cluster", "job", "namespace"), ".*"), **variables}
+                )
+                values = e2e.prom.label_values(match[2], inner)
+                assert values, var["name"]
+                variables[var["name"]] = "(" + "|".join(grafana_regex_escape(v) for v in values) + ")"
     targets = [(p["title"], t) for p in dashboard["panels"] for t in p.get("targets", [])]
     assert len(targets) >= 20
     failures = []

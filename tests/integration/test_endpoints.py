@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import gzip
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,11 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from app.api.models import SnapshotResponse, TerminalPage
-from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from app.sim.cluster import SimulatedCluster
-from tests.integration.harness import (
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+from tests.support.harness import (
     Replica,
     cluster_ref,
-    eventually,
     parse_samples,
     replica,
     runtime_manifest,
@@ -32,6 +30,7 @@ from tests.integration.harness import (
     wait_leading,
     write_status,
 )
+from tests.support.waiting import eventually
 
 NO_ELECTION: dict[str, Any] = {
     "leader_election": False,
@@ -45,14 +44,8 @@ PROMETHEUS_ACCEPT = (
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[SimulatedCluster]:
-    async with SimulatedCluster(load_runtimes=True) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def kubeconfig(sim: SimulatedCluster, tmp_path: Path) -> Path:
-    return sim.write_kubeconfig(tmp_path / "kubeconfig")
+def sim_options() -> dict[str, Any]:
+    return {"load_runtimes": True}  # the upstream ClusterTrainingRuntimes (tests/conftest.py: sim)
 
 
 def assert_json_error(resp: Any, status: int) -> Any:
@@ -107,8 +100,10 @@ async def test_debug_snapshot_content(sim: SimulatedCluster, kubeconfig: Path) -
             "pod_group_policy": "coscheduling",
             "framework": "deepspeed",
             "num_nodes": 3,
+            "default_nodes": 3,
             "accelerator_class": "nvidia.com/gpu",
             "accelerators_per_node": 2,
+            "accelerators": {"nvidia.com/gpu": 2},
             "resource_version": custom["metadata"]["resourceVersion"],
         }
         torch = runtimes[cluster_ref("torch-distributed")]

@@ -3,7 +3,11 @@
 One replica (leader election on) watches a simulated cluster while ``WorkloadGenerator`` drives a few
 thousand TrainJob lifecycles through it (suspend, admit, run, preempt, finish with every failure reason,
 duplicate terminal writes, finalizers, deletion), with ``time_warp`` so that lifetimes spread over the
-minute-to-days buckets. ``app/sim/truth.py`` derives what the metrics should say from the objects written,
+minute-to-days buckets. The shapes include what the Trainer controller reads in ways a naive reader gets
+wrong: CPU-only resourcesPerNode on GPU runtimes (merged, the GPUs stay), MIG slices, TPUs, Gaudi, Neuron
+and two accelerator classes on one job, runtimes without an mlPolicy (their template's parallelism is the
+node count), pods active but not ready (pending, not running), and failure reasons upstream does not list.
+``app/sim/truth.py`` derives what the metrics should say from the objects written,
 independently of ``app/trainer``. The comparison window starts once the service has synced (jobs that
 existed before are the initial list: never counted created) and ends once every informer cache equals the
 store; over it, every counter and histogram count/sum, by its labels, must equal the truth's delta, and
@@ -19,13 +23,15 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from app.metrics.trainer_metrics import ACCELERATOR_BUCKETS, LIFETIME_BUCKETS, NODES_BUCKETS
+from app.metrics.trainer_metrics import ACCELERATOR_BUCKETS, LIFETIME_BUCKETS, NODES_BUCKETS, STARTUP_BUCKETS
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
-from tests.integration.harness import (
+from app.trainer.kinds import TRAINJOBS
+from tests.support.harness import (
     ACCELERATORS,
     CREATED,
     FINISHED,
@@ -46,6 +52,8 @@ PREEXISTING = 300
 EXTRA_STEPS = 1500  # random actions over everything alive, including the pre-existing jobs
 SEED = 20_240_611
 TIME_WARP = 20_000.0  # 10 ms of wall time -> 200 s of lifetime; 1 s -> 5.5 h
+STARTUP = "kubeflow_trainer_trainjob_startup_seconds"
+ADMISSION = "kubeflow_trainer_trainjob_admission_wait_seconds"
 
 
 def _nonzero(d: dict[tuple[str, ...], float]) -> dict[tuple[str, ...], float]:
@@ -78,116 +86,185 @@ def _le(bound: float) -> str:
     return str(float(bound))
 
 
-@pytest.mark.slow
-async def test_metrics_equal_generator_ground_truth(tmp_path: Path) -> None:
+@pytest.fixture
+def sim_options() -> dict[str, Any]:
     # A history window above the run's write count: the informer never needs a relist here.
-    async with SimulatedCluster(history_window=500_000) as sim:
-        gen = WorkloadGenerator(sim.store, seed=SEED, namespaces=4, max_jobs=400, time_warp=TIME_WARP)
-        gen.populate(PREEXISTING)  # existed before the service: its initial list
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-        async with replica(
-            kubeconfig, "truth", watch_timeout_min_seconds=300, watch_timeout_max_seconds=600
-        ) as r:
-            await wait_leading(r)
-            await wait_caught_up(r, sim.store)
-            before_samples = await r.samples()
-            before = gen.snapshot()
-            assert not _nonzero(by_labels(before_samples, CREATED, "namespace"))
-            assert not _nonzero(by_labels(before_samples, FINISHED, "result"))
+    return {"history_window": 500_000}
 
-            started = time.monotonic()
-            actions = await gen.run_lifecycles(LIFECYCLES, concurrency=16)
-            for i in range(EXTRA_STEPS):
-                gen.step()
-                if i % 4 == 0:
-                    await asyncio.sleep(0)
-            written = time.monotonic() - started
-            await wait_caught_up(r, sim.store, timeout=60)
-            caught_up = time.monotonic() - started
-            after = gen.snapshot()
-            s = await r.samples()
-            log.info(
-                "ground truth: %d lifecycles + %d steps = %d actions, store rv %d -> %d, %d jobs live; "
-                "writes done in %.1fs, service caught up at %.1fs",
-                LIFECYCLES,
-                EXTRA_STEPS,
-                actions + EXTRA_STEPS,
-                before.resource_version,
-                after.resource_version,
-                sum(after.jobs.values()),
-                written,
-                caught_up,
-            )
 
-            # Counters, by their labels.
-            created = after.created_since(before)
-            finished = after.finished_since(before)
-            assert sum(created.values()) >= LIFECYCLES
-            assert _delta(s, before_samples, CREATED, "namespace", "runtime_ref") == created
-            assert _delta(s, before_samples, FINISHED, "result", "reason", "runtime_ref") == finished
-            # The run exercised every result and reason bucket the generator can produce.
-            assert {reason for _, reason, _ in finished} >= {
-                "none",
-                "FailedJobs",
-                "DeadlineExceeded",
-                "ReachedMaxRestarts",
-                "FailJobSetFailurePolicyAction",
-                "TrainingRuntimeNotSupported",
-                "other",
-            }
+@pytest.fixture
+def workload_options() -> dict[str, Any]:
+    # PREEXISTING jobs existed before the service: its initial list (tests/conftest.py: workload).
+    return {"seed": SEED, "namespaces": 4, "max_jobs": 400, "time_warp": TIME_WARP, "populate": PREEXISTING}
 
-            # The gauge: current TrainJobs by (namespace, runtime_ref, state), from the cache.
-            assert _nonzero(by_labels(s, JOBS, "namespace", "runtime_ref", "state")) == dict(after.jobs)
-            terminal_live = sum(
-                v for (_, _, state), v in after.jobs.items() if state in ("succeeded", "failed")
-            )
-            snapshot = (await r.http.get("/debug/snapshot")).json()
-            assert snapshot["terminal_entries"] == terminal_live
-            assert snapshot["trainjobs"] == sum(after.jobs.values())
 
-            # Requested nodes / accelerators histograms: one observation per created job.
-            requests = after.requests_since(before)
-            count, total_, buckets = _histogram_truth(
-                [((q.runtime_ref,), q.nodes) for q in requests], NODES_BUCKETS
-            )
-            assert _delta(s, before_samples, NODES + "_count", "runtime_ref") == count
-            assert _delta(s, before_samples, NODES + "_sum", "runtime_ref") == _nonzero(total_)
-            assert _delta(s, before_samples, NODES + "_bucket", "runtime_ref", "le") == buckets
-            count, total_, buckets = _histogram_truth(
-                [((q.accelerator_class, q.runtime_ref), q.accelerators) for q in requests],
-                ACCELERATOR_BUCKETS,
-            )
-            assert (
-                _delta(s, before_samples, ACCELERATORS + "_count", "accelerator_class", "runtime_ref")
-                == count
-            )
-            assert _delta(
-                s, before_samples, ACCELERATORS + "_sum", "accelerator_class", "runtime_ref"
-            ) == _nonzero(total_)
-            assert (
-                _delta(s, before_samples, ACCELERATORS + "_bucket", "accelerator_class", "runtime_ref", "le")
-                == buckets
-            )
-            assert sum(q.accelerators for q in requests) > 0  # some GPU jobs among them
+@pytest.mark.slow
+async def test_metrics_equal_generator_ground_truth(
+    sim: SimulatedCluster, workload: WorkloadGenerator, kubeconfig: Path
+) -> None:
+    gen = workload
+    async with replica(
+        kubeconfig, "truth", watch_timeout_min_seconds=300, watch_timeout_max_seconds=600
+    ) as r:
+        await wait_leading(r)
+        await wait_caught_up(r, sim.store)
+        before_samples = await r.samples()
+        before = gen.snapshot()
+        assert not _nonzero(by_labels(before_samples, CREATED, "namespace"))
+        assert not _nonzero(by_labels(before_samples, FINISHED, "result"))
 
-            # Lifetimes: one observation per finished job (both timestamps present for generated jobs).
-            finished_jobs = after.terminal_since(before)
-            assert all(f.lifetime_seconds is not None for f in finished_jobs)
-            count, total_, buckets = _histogram_truth(
-                [((f.result, f.runtime_ref), float(f.lifetime_seconds or 0.0)) for f in finished_jobs],
-                LIFETIME_BUCKETS,
+        started = time.monotonic()
+        actions = await gen.run_lifecycles(LIFECYCLES, concurrency=16)
+        for i in range(EXTRA_STEPS):
+            gen.step()
+            if i % 4 == 0:
+                await asyncio.sleep(0)  # yield to the loop (the server streams the events): no waiting
+        written = time.monotonic() - started
+        await wait_caught_up(r, sim.store, timeout=60)
+        caught_up = time.monotonic() - started
+        after = gen.snapshot()
+        # A new counter/histogram series is served as zeros on its first render (born at zero, with
+        # zero_hold_seconds 0: for one render), so the first read releases them and the second counts.
+        await r.samples()
+        s = await r.samples()
+        log.info(
+            "ground truth: %d lifecycles + %d steps = %d actions, store rv %d -> %d, %d jobs live; "
+            "writes done in %.1fs, service caught up at %.1fs",
+            LIFECYCLES,
+            EXTRA_STEPS,
+            actions + EXTRA_STEPS,
+            before.resource_version,
+            after.resource_version,
+            sum(after.jobs.values()),
+            written,
+            caught_up,
+        )
+
+        # Counters, by their labels.
+        created = after.created_since(before)
+        finished = after.finished_since(before)
+        assert sum(created.values()) >= LIFECYCLES
+        assert _delta(s, before_samples, CREATED, "namespace", "runtime_ref") == created
+        assert _delta(s, before_samples, FINISHED, "result", "reason", "runtime_ref") == finished
+        # The run exercised every result and reason bucket the generator can produce.
+        assert {reason for _, reason, _ in finished} >= {
+            "none",
+            "FailedJobs",
+            "DeadlineExceeded",
+            "ReachedMaxRestarts",
+            "FailJobSetFailurePolicyAction",
+            "TrainingRuntimeNotSupported",
+            "PodFailurePolicyRuleMatched",  # well-formed reasons upstream does not list: by name
+            "InPlaceRestartBudgetExhausted",
+            "other",  # not CamelCase, or longer than 64 characters
+        }
+
+        # The gauge: current TrainJobs by (namespace, runtime_ref, state), from the cache.
+        assert _nonzero(by_labels(s, JOBS, "namespace", "runtime_ref", "state")) == dict(after.jobs)
+        # ... with jobs whose child Jobs are active but not ready among them (pending, not running).
+        waiting = [
+            o
+            for o in sim.store.list(TRAINJOBS, None)[0]
+            if any(
+                (j.get("active") or 0) > 0 and not j.get("ready")
+                for j in (o.get("status") or {}).get("jobsStatus") or []
             )
-            assert _delta(s, before_samples, LIFETIME + "_count", "result", "runtime_ref") == count
-            got_sum = _delta(s, before_samples, LIFETIME + "_sum", "result", "runtime_ref")
-            assert got_sum.keys() == _nonzero(total_).keys()
-            for key, value in got_sum.items():
-                assert value == pytest.approx(total_[key], rel=1e-9), key
-            assert _delta(s, before_samples, LIFETIME + "_bucket", "result", "runtime_ref", "le") == buckets
-            # time_warp spread the lifetimes from the minute buckets to the day buckets.
-            assert (
-                len({bisect.bisect_left(LIFETIME_BUCKETS, f.lifetime_seconds or 0) for f in finished_jobs})
-                >= 6
+            and not any(
+                c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                for c in (o.get("status") or {}).get("conditions") or []
             )
+        ]
+        assert waiting, "no job waiting for capacity at the end of the run"
+        terminal_live = sum(v for (_, _, state), v in after.jobs.items() if state in ("succeeded", "failed"))
+        snapshot = (await r.http.get("/debug/snapshot")).json()
+        assert snapshot["terminal_entries"] == terminal_live
+        assert snapshot["trainjobs"] == sum(after.jobs.values())
+
+        # Requested nodes / accelerators histograms: one observation per created job.
+        requests = after.requests_since(before)
+        count, total_, buckets = _histogram_truth(
+            [((q.runtime_ref,), q.nodes) for q in requests], NODES_BUCKETS
+        )
+        assert _delta(s, before_samples, NODES + "_count", "runtime_ref") == count
+        assert _delta(s, before_samples, NODES + "_sum", "runtime_ref") == _nonzero(total_)
+        assert _delta(s, before_samples, NODES + "_bucket", "runtime_ref", "le") == buckets
+        # One observation per accelerator class a job requests.
+        count, total_, buckets = _histogram_truth(
+            [((cls, q.runtime_ref), n) for q in requests for cls, n in q.accelerators],
+            ACCELERATOR_BUCKETS,
+        )
+        assert _delta(s, before_samples, ACCELERATORS + "_count", "accelerator_class", "runtime_ref") == count
+        assert _delta(
+            s, before_samples, ACCELERATORS + "_sum", "accelerator_class", "runtime_ref"
+        ) == _nonzero(total_)
+        assert (
+            _delta(s, before_samples, ACCELERATORS + "_bucket", "accelerator_class", "runtime_ref", "le")
+            == buckets
+        )
+        assert sum(n for q in requests for _, n in q.accelerators) > 0  # some GPU jobs among them
+        classes = {cls for q in requests for cls, _ in q.accelerators}
+        assert {
+            "nvidia.com/mig-1g.10gb",
+            "google.com/tpu",
+            "habana.ai/gaudi",
+            "aws.amazon.com/neuroncore",
+        } <= (classes)
+        assert any(len(q.accelerators) > 1 for q in requests)  # several classes on one job
+        # a runtime without mlPolicy: its template's parallelism (4) when the job sets no numNodes
+        assert any(q.runtime_ref.endswith("//sim-plain-tpu") and q.nodes == 4 for q in requests)
+
+        # Lifetimes: one observation per finished job (both timestamps present for generated jobs).
+        finished_jobs = after.terminal_since(before)
+        assert all(f.lifetime_seconds is not None for f in finished_jobs)
+        count, total_, buckets = _histogram_truth(
+            [((f.result, f.runtime_ref), float(f.lifetime_seconds or 0.0)) for f in finished_jobs],
+            LIFETIME_BUCKETS,
+        )
+        assert _delta(s, before_samples, LIFETIME + "_count", "result", "runtime_ref") == count
+        got_sum = _delta(s, before_samples, LIFETIME + "_sum", "result", "runtime_ref")
+        assert got_sum.keys() == _nonzero(total_).keys()
+        for key, value in got_sum.items():
+            assert value == pytest.approx(total_[key], rel=1e-9), key
+        assert _delta(s, before_samples, LIFETIME + "_bucket", "result", "runtime_ref", "le") == buckets
+        # time_warp spread the lifetimes from the minute buckets to the day buckets.
+        assert (
+            len({bisect.bisect_left(LIFETIME_BUCKETS, f.lifetime_seconds or 0) for f in finished_jobs}) >= 6
+        )
+
+        # Admission wait: once per job admitted (Suspended=False/Resumed) before it ever ran, from the
+        # condition's lastTransitionTime: exact, buckets and sums.
+        admitted = after.admitted_since(before)
+        assert len(admitted) >= LIFECYCLES // 10  # the generator creates ~20% of its jobs suspended
+        count, total_, buckets = _histogram_truth(
+            [((a.runtime_ref,), a.wait_seconds) for a in admitted], STARTUP_BUCKETS
+        )
+        assert _delta(s, before_samples, ADMISSION + "_count", "runtime_ref") == count
+        assert _delta(s, before_samples, ADMISSION + "_sum", "runtime_ref") == _nonzero(total_)
+        assert _delta(s, before_samples, ADMISSION + "_bucket", "runtime_ref", "le") == buckets
+
+        # Time to running: once per job first seen running in the window. Not the jobs running in the
+        # initial list, nor a job running again after a preemption (the truth has them before the window,
+        # or once). The service reads its own clock when it sees the job running, the truth the generator's
+        # when it wrote it (no object records when pods became ready): every observation is later by the
+        # watch latency, at most the time the service took to catch up. So the counts are exact, and each
+        # bucket lies between the truth's and the truth's with every value that much later.
+        started_jobs = after.started_since(before)
+        assert len(started_jobs) >= LIFECYCLES // 2
+        count, total_, buckets = _histogram_truth(
+            [((j.runtime_ref,), j.startup_seconds) for j in started_jobs], STARTUP_BUCKETS
+        )
+        lag = caught_up
+        _, late_total, late_buckets = _histogram_truth(
+            [((j.runtime_ref,), j.startup_seconds + lag) for j in started_jobs], STARTUP_BUCKETS
+        )
+        assert _delta(s, before_samples, STARTUP + "_count", "runtime_ref") == count
+        got_sum = _delta(s, before_samples, STARTUP + "_sum", "runtime_ref")
+        for key in count:
+            assert total_[key] - 1e-6 <= got_sum.get(key, 0.0) <= late_total[key] + 1e-6, key
+        got_buckets = _delta(s, before_samples, STARTUP + "_bucket", "runtime_ref", "le")
+        for key, value in buckets.items():
+            assert late_buckets.get(key, 0) <= got_buckets.get(key, 0) <= value, key
+        assert set(got_buckets) <= set(buckets)
 
 
 def test_bucket_helpers_match_exposition() -> None:

@@ -28,23 +28,23 @@ from typing import Any
 
 import pytest
 
+from app.handover.watermarks import WATERMARK_ANNOTATION
 from app.kube.microtime import parse_microtime
-from app.kube.resources import LEASES
-from app.service import WATERMARK_ANNOTATION
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
-from app.sim.store import StoreError
 from app.sim.truth import TruthSnapshot
-from tests.integration.harness import (
+from tests.support.harness import (
     FAST_TIMINGS,
     CountedEvent,
     ExporterSampler,
     Fleet,
+    LeaseLog,
+    LeaseWrite,
     Replica,
     counter_values,
-    eventually,
     parse_samples,
 )
+from tests.support.waiting import LoopLag, eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,6 +54,10 @@ RENEW_DEADLINE = FAST_TIMINGS["renew_deadline_seconds"]
 LEASE_WRITTEN = math.ceil(FAST_TIMINGS["lease_duration_seconds"])  # whole seconds in the Lease: 2
 GENERATOR_RATE = 80.0  # steps per second; each step makes at most one countable event
 CLOCK_TOLERANCE = 0.05  # wall (Lease renewTime) to monotonic conversion, both read in this process
+SCHEDULING_SLACK = 0.3  # a reaction to a timer: the callback chain after it fires, on an unloaded loop
+TERM_EVENTS = 20  # what each leader counts in its term before the test moves on (~1 s at GENERATOR_RATE)
+# Bound of the waits for an election outcome (a timeout only; the timings asserted come from records).
+TAKEOVER_TIMEOUT = 5 * LEASE_WRITTEN
 
 Counts = dict[str, dict[tuple[str, ...], int]]
 
@@ -64,17 +68,9 @@ Counts = dict[str, dict[tuple[str, ...], int]]
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[SimulatedCluster]:
-    async with SimulatedCluster(host="127.0.0.1", port=0) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def workload(sim: SimulatedCluster) -> WorkloadGenerator:
-    gen = WorkloadGenerator(sim.store, seed=20260401, max_jobs=150)
-    gen.load_runtimes()
-    gen.populate(60)  # in every replica's initial list: never counted
-    return gen
+def workload_options() -> dict[str, Any]:
+    # 60 TrainJobs in every replica's initial list: never counted (tests/conftest.py: workload)
+    return {"seed": 20260401, "max_jobs": 150, "populate": 60}
 
 
 @contextlib.asynccontextmanager
@@ -125,13 +121,6 @@ def counted_uids(events: list[CountedEvent]) -> dict[str, Counter[str]]:
     return out
 
 
-def lease_record(sim: SimulatedCluster) -> dict[str, Any] | None:
-    try:
-        return sim.store.get(LEASES, LEASE_NS, LEASE_NAME)
-    except StoreError:
-        return None
-
-
 @dataclass
 class Published:
     """What a Lease says about its holder's last renew: the hand-over watermark and when it was built."""
@@ -141,10 +130,11 @@ class Published:
     renew_monotonic: float
 
 
-def published(lease: dict[str, Any], wall_minus_mono: float) -> Published:
-    raw = lease["metadata"].get("annotations", {}).get(WATERMARK_ANNOTATION)
-    renew = parse_microtime(lease["spec"]["renewTime"]).timestamp() - wall_minus_mono
-    return Published(lease["spec"]["holderIdentity"], int(raw) if raw is not None else None, renew)
+def published(write: LeaseWrite, wall_minus_mono: float) -> Published:
+    raw = write.annotations.get(WATERMARK_ANNOTATION)
+    assert write.renew_time is not None
+    renew = parse_microtime(write.renew_time).timestamp() - wall_minus_mono
+    return Published(write.holder, int(raw) if raw is not None else None, renew)
 
 
 async def settle(fleet: Fleet, gen: WorkloadGenerator) -> None:
@@ -183,9 +173,8 @@ async def exported_counts(r: Replica) -> Counts:
 
 
 async def test_graceful_handovers_count_exactly(
-    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+    sim: SimulatedCluster, workload: WorkloadGenerator, kubeconfig: Path, tmp_path: Path
 ) -> None:
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     async with Fleet(tmp_path) as fleet:
         for name in ("a", "b", "c"):
             await fleet.add(kubeconfig, name)
@@ -197,29 +186,39 @@ async def test_graceful_handovers_count_exactly(
         latencies: list[float] = []
         sampler = ExporterSampler(fleet.replicas).start()
         try:
-            async with generating(workload):
-                for handover in range(3):
-                    await asyncio.sleep(1.0)
-                    if handover == 1:  # keep two followers: a fresh replica joins, warm standby
-                        last_end["d"] = {}
-                        await fleet.add(kubeconfig, "d")
-                        await fleet.wait_candidates()
-                    leader = fleet.leaders()[0]
-                    # Followers count nothing: their counters are where their last term left them.
-                    for r in fleet.alive():
-                        if r is not leader:
-                            assert counter_values(r.service) == _nonzero(last_end[r.identity]), r.identity
-                    sampler.allow_gap(True)
-                    started = time.monotonic()
-                    await leader.service.stop()  # releases the Lease with the final watermark
-                    end = counter_values(leader.service)
-                    terms.append((leader.identity, diff_counts(end, last_end[leader.identity])))
-                    last_end[leader.identity] = end
-                    successor = await fleet.wait_leader(timeout=5)
-                    latencies.append(time.monotonic() - started)
-                    sampler.allow_gap(False)
-                    assert successor is not leader
-            await settle(fleet, workload)
+            with LeaseLog(sim.store) as leases:
+                async with generating(workload), LoopLag() as lag:
+                    for handover in range(3):
+                        leader = fleet.leaders()[0]
+                        await fleet.wait_counted(leader, TERM_EVENTS)  # the leader's term
+                        if handover == 1:  # keep two followers: a fresh replica joins, warm standby
+                            last_end["d"] = {}
+                            await fleet.add(kubeconfig, "d")
+                            await fleet.wait_candidates()
+                        # Followers count nothing: their counters are where their last term left them.
+                        for r in fleet.alive():
+                            if r is not leader:
+                                assert counter_values(r.service) == _nonzero(last_end[r.identity]), r.identity
+                        sampler.allow_gap(True)
+                        started = time.monotonic()
+                        await leader.service.stop()  # releases the Lease with the final watermark
+                        end = counter_values(leader.service)
+                        terms.append((leader.identity, diff_counts(end, last_end[leader.identity])))
+                        last_end[leader.identity] = end
+                        successor = await fleet.wait_leader(timeout=TAKEOVER_TIMEOUT)
+                        assert successor is not leader
+                        took_over = fleet.started(successor.identity, after=started)
+                        assert took_over is not None
+                        latencies.append(took_over - started)
+                        sampler.allow_gap(False)
+                        # It took the released Lease: the write before its acquiring one is the release.
+                        first = next(
+                            i
+                            for i, w in enumerate(leases.writes)
+                            if w.holder == successor.identity and w.at > started
+                        )
+                        assert leases.writes[first - 1].holder == "", leases.writes[first - 1]
+                await settle(fleet, workload)
         finally:
             await sampler.stop()
         after = workload.snapshot()
@@ -228,9 +227,10 @@ async def test_graceful_handovers_count_exactly(
         terms.append((final.identity, diff_counts(end, last_end[final.identity])))
 
         sampler.assert_clean()
-        # A released Lease is taken on the follower's next retry: well inside the lease duration.
-        assert max(latencies) < RETRY * 3 + 1.0, latencies
-        assert max(latencies) < LEASE_WRITTEN, latencies
+        # A released Lease is taken on the follower's next retry: well inside the lease duration (the
+        # recorded take-over instants; plus however late this loop ran timers).
+        assert max(latencies) < RETRY * 3 + 1.0 + lag.max, (latencies, lag.max)
+        assert max(latencies) < LEASE_WRITTEN + lag.max, (latencies, lag.max)
 
         truth = truth_counts(after, before)
         summed: Counts = {}
@@ -244,12 +244,18 @@ async def test_graceful_handovers_count_exactly(
         for kind, uids in new_uids(after, before).items():
             assert set(counted[kind]) == uids, kind
             assert all(n == 1 for n in counted[kind].values()), kind
-        # What the final leader exports is what its state holds.
-        assert await exported_counts(final) == counter_values(final.service)
+        # What the final leader exports is what its state holds, once its newest series (born at zero:
+        # the first read that shows a series shows it at 0) are past their first read.
+        want = counter_values(final.service)
+
+        async def exports_its_state() -> bool:
+            return await exported_counts(final) == want
+
+        await eventually(exports_its_state, timeout=5, what="the final leader's /metrics to show its state")
         replayed = sum(r.service.journal.replayed for r in fleet.replicas)
         print(f"\nhand-over latencies {[round(x, 3) for x in latencies]} s; terms {[t[0] for t in terms]};")
         print(f"replayed on takeover {replayed}; truth {sum(truth['created'].values())} created, ", end="")
-        print(f"{sum(truth['finished'].values())} finished; {sampler.describe()}")
+        print(f"{sum(truth['finished'].values())} finished; {sampler.describe()}; loop lag {lag.max:.3f} s")
 
 
 def _nonzero(counts: Counts) -> Counts:
@@ -291,36 +297,41 @@ def check_counts_after_crash(
 
 
 async def test_killed_leader_loses_nothing_and_recounts_at_most_one_renew_period(
-    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+    sim: SimulatedCluster, workload: WorkloadGenerator, kubeconfig: Path, tmp_path: Path
 ) -> None:
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     wall_minus_mono = time.time() - time.monotonic()
     async with Fleet(tmp_path) as fleet:
         a, b = await leader_then_follower(fleet, kubeconfig)
         before = workload.snapshot()
         sampler = ExporterSampler(fleet.replicas).start()
         try:
-            async with generating(workload):
-                await asyncio.sleep(1.5)
-                sampler.allow_gap(True)
-                killed_at = time.monotonic()
-                await a.service.kill()
-                await asyncio.sleep(0.3)  # a renew request cut by the kill has settled (no takeover yet)
-                pub = published(lease_record(sim) or {}, wall_minus_mono)
-                assert pub.holder == "a"
-                await eventually(lambda: b.service.journal.leading, timeout=10, what="b leads")
-                took_over = time.monotonic()
-                sampler.allow_gap(False)
-                await asyncio.sleep(1.0)
-            await settle(fleet, workload)
+            with LeaseLog(sim.store) as leases:
+                async with generating(workload), LoopLag() as lag:
+                    await fleet.wait_counted(a, TERM_EVENTS)
+                    sampler.allow_gap(True)
+                    killed_at = time.monotonic()
+                    await a.service.kill()
+                    await eventually(
+                        lambda: b.service.journal.leading, timeout=TAKEOVER_TIMEOUT, what="b leads"
+                    )
+                    sampler.allow_gap(False)
+                    await fleet.wait_counted(b, TERM_EVENTS)
+                await settle(fleet, workload)
         finally:
             await sampler.stop()
         after = workload.snapshot()
         sampler.assert_clean()
 
+        # What b took over: a's last write (a renew cut by the kill included, if it reached the server).
+        last = leases.last_before_takeover("a", "b")
+        assert leases.writes[leases.writes.index(last) + 1].holder == "b"  # a crashed: no release
+        pub = published(last, wall_minus_mono)
+        took_over = fleet.started("b")
+        assert took_over is not None
         # The crashed leader's Lease is taken only after it expired: lease duration after its last renew.
         assert took_over - pub.renew_monotonic >= LEASE_WRITTEN - CLOCK_TOLERANCE
-        assert killed_at - pub.renew_monotonic < RENEW_DEADLINE  # it was a live leader until the kill
+        # It was a live leader until the kill: renewed within a renew deadline (+ timer lateness).
+        assert killed_at - pub.renew_monotonic < RENEW_DEADLINE + lag.max, killed_at - pub.renew_monotonic
         duplicates = check_counts_after_crash(fleet, (before, after), "a", pub)
         # Counted twice: only what the old leader counted after building its last renew, before it died.
         for e in duplicates:
@@ -330,7 +341,7 @@ async def test_killed_leader_loses_nothing_and_recounts_at_most_one_renew_period
             f"\nkill: takeover {took_over - killed_at:.3f} s after the kill, "
             f"{took_over - pub.renew_monotonic:.3f} s after the last renew; "
             f"counted twice {len(duplicates)} (window {killed_at - pub.renew_monotonic:.3f} s); "
-            f"replayed {b.service.journal.replayed}"
+            f"replayed {b.service.journal.replayed}; loop lag {lag.max:.3f} s"
         )
 
 
@@ -358,37 +369,52 @@ async def test_unresponsive_leader_stops_before_takeover(
         before = workload.snapshot()
         sampler = ExporterSampler(fleet.replicas).start()
         try:
-            async with generating(workload):
-                await asyncio.sleep(1.5)
-                sampler.allow_gap(True)
-                faulted_at = time.monotonic()
-                if fault == "hang":
-                    second_server.faults.stall_requests(resource="leases")
-                else:
-                    second_server.faults.fail_next(100_000, status=int(fault), resource="leases")
-                await eventually(lambda: not a.service.journal.leading, timeout=5, what="a stops leading")
-                a_stopped = time.monotonic()
-                pub = published(lease_record(sim) or {}, wall_minus_mono)
-                assert pub.holder == "a"  # nobody took over yet
-                await eventually(lambda: b.service.journal.leading, timeout=10, what="b leads")
-                took_over = time.monotonic()
-                sampler.allow_gap(False)
-                await asyncio.sleep(1.0)
-            await settle(fleet, workload)
+            with LeaseLog(sim.store) as leases:
+                async with generating(workload), LoopLag() as lag:
+                    await fleet.wait_counted(a, TERM_EVENTS)
+                    sampler.allow_gap(True)
+                    assert a.service.journal.leading
+                    faulted_at = time.monotonic()
+                    if fault == "hang":
+                        second_server.faults.stall_requests(resource="leases")
+                    else:
+                        second_server.faults.fail_next(100_000, status=int(fault), resource="leases")
+                    # a must stop within renew_deadline of its last renew, b take over a lease duration after
+                    # it: wait for whichever comes first, then compare the recorded instants.
+                    await eventually(
+                        lambda: fleet.stopped("a", after=faulted_at) or fleet.started("b"),
+                        timeout=TAKEOVER_TIMEOUT,
+                        what="a to stop leading (or b to take over)",
+                    )
+                    await eventually(
+                        lambda: b.service.journal.leading, timeout=TAKEOVER_TIMEOUT, what="b leads"
+                    )
+                    sampler.allow_gap(False)
+                    await fleet.wait_counted(b, TERM_EVENTS)
+                await settle(fleet, workload)
         finally:
             await sampler.stop()
             second_server.faults.clear()
         after = workload.snapshot()
+        pub = published(leases.last_before_takeover("a", "b"), wall_minus_mono)
+        a_stopped, took_over = fleet.stopped("a", after=faulted_at), fleet.started("b")
+        assert took_over is not None
+        # The old leader stopped before anyone could take over ...
+        assert a_stopped is not None and a_stopped < took_over, (
+            f"two leaders: b took over {took_over - pub.renew_monotonic:.3f} s after a's last renew while "
+            f"a still led (a stopped: {a_stopped and a_stopped - pub.renew_monotonic})"
+        )
         sampler.assert_clean()
-
         a_last = sampler.last_exporting("a")
         b_first = sampler.first_exporting("b", faulted_at)
         assert a_last is not None and b_first is not None
-        # The old leader stopped exporting before anyone could take over ...
         assert a_last < b_first
-        assert a_stopped < took_over
-        # ... no later than renew_deadline after its last successful renew (loop scheduling slack) ...
-        assert a_stopped - pub.renew_monotonic <= RENEW_DEADLINE + 0.3, a_stopped - pub.renew_monotonic
+        # ... no later than renew_deadline after its last successful renew (+ scheduling slack, + however
+        # late this loop ran timers) ...
+        assert a_stopped - pub.renew_monotonic <= RENEW_DEADLINE + SCHEDULING_SLACK + lag.max, (
+            a_stopped - pub.renew_monotonic,
+            lag.max,
+        )
         # ... and the follower waited out the lease duration from that renew.
         assert took_over - pub.renew_monotonic >= LEASE_WRITTEN - CLOCK_TOLERANCE
         duplicates = check_counts_after_crash(fleet, (before, after), "a", pub)
@@ -398,30 +424,88 @@ async def test_unresponsive_leader_stops_before_takeover(
             f"\n{fault}: a stopped {a_stopped - pub.renew_monotonic:.3f} s after its last renew, "
             f"b took over {took_over - pub.renew_monotonic:.3f} s after it; "
             f"margin {took_over - a_stopped:.3f} s; "
-            f"counted twice {len(duplicates)}"
+            f"counted twice {len(duplicates)}; loop lag {lag.max:.3f} s"
         )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="app bug: aiohttp's request timeout, firing in the same loop iteration as the elector's renew "
+    "deadline, consumes the deadline's cancellation; the renew round then never ends and the leader keeps "
+    "exporting after its Lease expired (two exporters). Remove this marker once app/kube is fixed.",
+)
+async def test_hung_renew_stops_the_leader_even_when_the_loop_lags_past_the_deadline(
+    sim: SimulatedCluster, second_server: SimulatedCluster, tmp_path: Path
+) -> None:
+    """The load-dependent failure of test_unresponsive_leader_stops_before_takeover[hang], made
+    deterministic: the event loop is blocked (as a starved process is) from just after a renew request
+    started hanging until after both the renew deadline and that request's own timeout are due."""
+    async with Fleet(tmp_path) as fleet:
+        a = await fleet.add(second_server.write_kubeconfig(tmp_path / "kubeconfig-a"), "a")
+        await fleet.wait_leader()
+        stalled = second_server.faults.counters["stalled_requests"]
+        second_server.faults.stall_requests(resource="leases")
+        try:
+            await eventually(
+                lambda: second_server.faults.counters["stalled_requests"] > stalled,
+                timeout=RENEW_DEADLINE,
+                interval=0.005,
+                what="a renew request hanging",
+            )
+            # The lag itself: a blocking call (not a wait for anything) longer than a renew deadline.
+            time.sleep(RENEW_DEADLINE + 0.2)  # noqa: ASYNC251
+            resumed = time.monotonic()
+            await eventually(
+                lambda: fleet.stopped("a") is not None,
+                timeout=LEASE_WRITTEN + RENEW_DEADLINE,
+                what="a to stop leading once the loop resumed (its renew deadline has passed)",
+            )
+            stopped = fleet.stopped("a")
+            assert stopped is not None and stopped - resumed < SCHEDULING_SLACK
+        finally:
+            second_server.faults.clear()
+            # With the bug, the stale renew deadline also turns Service.stop()'s cancellation into a
+            # TimeoutError: the elector carries on and stop() waits for it forever. Bounded here so that the
+            # test ends (the Fleet stops the replica once more on exit, which then works).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(a.service.stop(), timeout=LEASE_WRITTEN + RENEW_DEADLINE)
+
+
 async def test_fresh_replica_started_at_a_kill_defers_to_the_warm_follower(
-    sim: SimulatedCluster, workload: WorkloadGenerator, tmp_path: Path
+    sim: SimulatedCluster, workload: WorkloadGenerator, kubeconfig: Path, tmp_path: Path
 ) -> None:
     """A replica that starts right when the leader dies saw nothing before its first list; the warm
     follower, whose journal covers the gap, must take over, and nothing is lost."""
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     async with Fleet(tmp_path) as fleet:
         a, b = await leader_then_follower(fleet, kubeconfig)
         before = workload.snapshot()
+        electing: list[float] = []  # when c's elector first existed (c ran for leadership)
+
+        async def watch_elector(r: Replica) -> None:
+            # A sampler (records when the elector appears), not a wait for a condition.
+            while r.service.elector is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            electing.append(time.monotonic())
+
         async with generating(workload):
-            await asyncio.sleep(1.0)
+            await fleet.wait_counted(a, TERM_EVENTS)
             await a.service.kill()
+            c_started = time.monotonic()
             c = await fleet.add(kubeconfig, "c")  # fresh, started while a's Lease is still valid
-            await eventually(lambda: all(i.synced for i in c.service.informers), what="c synced")
-            await asyncio.sleep(0.3)
-            assert c.service.elector is None, "a fresh replica must not run while another holds the Lease"
-            await eventually(lambda: b.service.journal.leading, timeout=10, what="b leads")
-            await asyncio.sleep(1.0)
+            watcher = asyncio.create_task(watch_elector(c), name="c's elector")
+            try:
+                await eventually(lambda: all(i.synced for i in c.service.informers), what="c synced")
+                await eventually(lambda: b.service.journal.leading, timeout=TAKEOVER_TIMEOUT, what="b leads")
+                await fleet.wait_counted(b, TERM_EVENTS)
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
         await settle(fleet, workload)
         after = workload.snapshot()
+        # A fresh replica does not run while another holds the Lease: not before a's Lease (renewed at the
+        # latest when c started) could have expired.
+        assert not electing or electing[0] - c_started >= LEASE_WRITTEN, electing[0] - c_started
         assert not c.service.journal.leading
         assert c.service.journal.counted == 0
         # No TrainJob was counted before `before` (the workload only runs inside `generating`), so the

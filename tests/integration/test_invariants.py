@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
-from tests.integration.harness import (
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+from tests.support.harness import (
     ACCELERATORS,
     CREATED,
     FINISHED,
@@ -32,7 +32,6 @@ from tests.integration.harness import (
     by_labels,
     cluster_ref,
     condition,
-    eventually,
     replica,
     running_status,
     runtime_manifest,
@@ -43,6 +42,7 @@ from tests.integration.harness import (
     wait_leading,
     write_status,
 )
+from tests.support.waiting import eventually
 
 TORCH = cluster_ref("torch-distributed")
 # Watches that do not end on their own during a test: every watch restart and relist is one we caused.
@@ -50,14 +50,8 @@ QUIET_WATCHES: dict[str, Any] = {"watch_timeout_min_seconds": 300, "watch_timeou
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[SimulatedCluster]:
-    async with SimulatedCluster(load_runtimes=True) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def kubeconfig(sim: SimulatedCluster, tmp_path: Path) -> Path:
-    return sim.write_kubeconfig(tmp_path / "kubeconfig")
+def sim_options() -> dict[str, Any]:
+    return {"load_runtimes": True}  # the upstream ClusterTrainingRuntimes (tests/conftest.py: sim)
 
 
 def create_job(sim: SimulatedCluster, namespace: str, name: str, **kw: Any) -> dict[str, Any]:

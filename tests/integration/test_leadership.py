@@ -13,58 +13,64 @@ states for a takeover without a valid hand-over watermark.
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.handover.watermarks import WATERMARK_ANNOTATION, parse_watermarks
 from app.kube.microtime import format_microtime, parse_microtime
-from app.kube.resources import LEASES, TRAINJOBS
-from app.service import WATERMARK_ANNOTATION, parse_watermarks
+from app.kube.resources import LEASES
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
 from app.sim.truth import TruthSnapshot
-from tests.integration.harness import (
+from app.trainer.kinds import TRAINJOBS
+from tests.support.harness import (
+    FAST_TIMINGS,
     ExporterSampler,
     Fleet,
+    LeaseLog,
     Replica,
     counter_values,
-    eventually,
     parse_samples,
     running_status,
     trainjob_manifest,
     write_status,
 )
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
 LEASE_NS, LEASE_NAME = "default", "trainer-metrics"
+LEASE_WRITTEN = math.ceil(FAST_TIMINGS["lease_duration_seconds"])  # whole seconds in the Lease: 2
+TERM_EVENTS = 20  # what a leader counts before the test disturbs it (~1 s of the generator at 60 steps/s)
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[SimulatedCluster]:
-    async with SimulatedCluster(host="127.0.0.1", port=0) as cluster:
-        yield cluster
+def workload_options() -> dict[str, Any]:
+    return {"max_jobs": 120}  # seed 7, 40 TrainJobs up front (tests/conftest.py: workload)
 
 
-@pytest.fixture
-def workload(sim: SimulatedCluster) -> WorkloadGenerator:
-    gen = WorkloadGenerator(sim.store, seed=7, max_jobs=120)
-    gen.load_runtimes()
-    gen.populate(40)
-    return gen
+async def run_generator(gen: WorkloadGenerator, steps: int, rate: float = 60.0) -> None:
+    """``steps`` generator steps at ``rate`` per second: the same workload however loaded the machine is."""
+    await gen.run(rate, max_steps=steps)
 
 
-async def run_generator(gen: WorkloadGenerator, seconds: float, rate: float = 60.0) -> None:
-    stop = asyncio.Event()
-    task = asyncio.create_task(gen.run(rate, stop))
-    await asyncio.sleep(seconds)
-    stop.set()
-    await task
+def written_by(leases: LeaseLog, holder: str, since: int) -> bool:
+    """``holder`` wrote the Lease at or after ``leases.writes[since]``."""
+    return any(w.holder == holder for w in leases.writes[since:])
+
+
+def renewed_by(leases: LeaseLog, holder: str, since: int) -> bool:
+    """``holder`` wrote the Lease with a new renewTime after ``leases.writes[since]``: it renewed."""
+    seen = leases.writes[since].renew_time
+    return any(w.holder == holder and w.renew_time != seen for w in leases.writes[since + 1 :])
 
 
 def lease(sim: SimulatedCluster) -> dict[str, Any]:
@@ -124,7 +130,7 @@ async def test_two_replicas_one_exporter_and_debug_leadership(
         before = workload.snapshot()
         sampler = ExporterSampler(fleet.replicas).start()
         try:
-            await run_generator(workload, 2.5)
+            await run_generator(workload, 150)
             after = await settle(fleet, workload)
 
             def follower_read_the_final_watermark() -> bool:
@@ -202,12 +208,19 @@ async def test_racing_candidates_and_conflicting_writes_keep_one_exporter(
             gen_task = asyncio.create_task(workload.run(60.0, stop))
             # Someone else (kubectl annotate, another controller) writes the Lease again and again: the
             # leader's renew over its cached resourceVersion gets 409 Conflict and must re-read, not fall.
+            # Each write waits for the leader's next renew, so every one of them is a conflict it handled.
             conflicts_before = 0
-            for i in range(15):
-                sim.store.patch(LEASES, LEASE_NS, LEASE_NAME, {"metadata": {"labels": {"poke": str(i)}}})
-                conflicts_before += 1
-                await asyncio.sleep(0.07)
-            await asyncio.sleep(1.0)
+            with LeaseLog(sim.store) as leases:
+                for i in range(15):
+                    poke = len(leases.writes)
+                    sim.store.patch(LEASES, LEASE_NS, LEASE_NAME, {"metadata": {"labels": {"poke": str(i)}}})
+                    conflicts_before += 1
+                    await eventually(
+                        functools.partial(renewed_by, leases, leader.identity, poke),
+                        timeout=LEASE_WRITTEN,
+                        what=f"the leader's renew after conflicting write {i}",
+                    )
+            await fleet.wait_counted(leader, TERM_EVENTS)
             stop.set()
             await gen_task
             after = await settle(fleet, workload)
@@ -235,15 +248,16 @@ async def test_lease_deleted_under_the_leader(
         stop = asyncio.Event()
         gen_task = asyncio.create_task(workload.run(60.0, stop))
         try:
-            await asyncio.sleep(0.8)
-            sim.store.delete(LEASES, LEASE_NS, LEASE_NAME)  # kubectl delete lease, under the leader
-            deleted_at = time.monotonic()
-            # The leader recreates it on its next renew; the follower must not grab it meanwhile.
-            recreated = await eventually(
-                lambda: _lease_or_none(sim), timeout=5, interval=0.01, what="Lease recreated"
-            )
-            recreated_after = time.monotonic() - deleted_at
-            await asyncio.sleep(2.5)  # longer than the lease duration: the follower stays a follower
+            await fleet.wait_counted(leader, TERM_EVENTS)
+            with LeaseLog(sim.store) as leases:
+                deleted_at = time.monotonic()
+                sim.store.delete(LEASES, LEASE_NS, LEASE_NAME)  # kubectl delete lease, under the leader
+                # The leader recreates it on its next renew; the follower must not grab it meanwhile.
+                recreated = await eventually(lambda: _lease_or_none(sim), timeout=5, what="Lease recreated")
+            recreated_after = next(w.at for w in leases.writes if not w.deleted) - deleted_at
+            # Proving that nothing happens (no takeover), for longer than the lease duration: a lagging loop
+            # only lengthens the window.
+            await asyncio.sleep(LEASE_WRITTEN + 0.5)
             stop.set()
             await gen_task
             after = await settle(fleet, workload)
@@ -289,7 +303,7 @@ async def test_garbage_watermark_on_a_held_lease_is_overwritten(
         stop = asyncio.Event()
         gen_task = asyncio.create_task(workload.run(60.0, stop))
         try:
-            await asyncio.sleep(0.5)
+            await fleet.wait_counted(leader, TERM_EVENTS)
             for garbage in ("not-a-number", "", "12abc", "\u00e9\u00e9"):
                 sim.store.patch(
                     LEASES,
@@ -299,11 +313,19 @@ async def test_garbage_watermark_on_a_held_lease_is_overwritten(
                 )
                 # The next renew writes the leader's own watermark over it.
                 await eventually(lambda: _watermark_is_number(sim), timeout=3, what="watermark rewritten")
-            await asyncio.sleep(0.5)
+            await fleet.wait_counted(leader, TERM_EVENTS)
             stop.set()
             await gen_task
             after = await settle(fleet, workload)
-            await asyncio.sleep(0.5)
+
+            async def follower_observed_the_final_watermark() -> bool:
+                return bool(
+                    (await leadership(follower))["observed_watermark"] == leader.service.journal.watermark
+                )
+
+            await eventually(
+                follower_observed_the_final_watermark, timeout=3, what="the follower read the final watermark"
+            )
         finally:
             stop.set()
             await sampler.stop()
@@ -333,17 +355,18 @@ async def test_garbage_watermark_at_takeover_does_not_recount_history(
         gen_task = asyncio.create_task(workload.run(60.0, stop))
         sampler = ExporterSampler(fleet.replicas).start()
         try:
-            await asyncio.sleep(1.5)
+            await fleet.wait_counted(a, TERM_EVENTS)
             sampler.allow_gap(True)
             await a.service.kill()
-            await asyncio.sleep(0.3)
+            # Read and overwrite in one step (no await between): a renew of a still landing after this
+            # carries an older resourceVersion and gets 409, so `valid` is the last watermark a published.
             valid = int(lease(sim)["metadata"]["annotations"][WATERMARK_ANNOTATION])
             sim.store.patch(
                 LEASES, LEASE_NS, LEASE_NAME, {"metadata": {"annotations": {WATERMARK_ANNOTATION: "garbage"}}}
             )
             await eventually(lambda: b.service.journal.leading, timeout=10, what="b leads")
             sampler.allow_gap(False)
-            await asyncio.sleep(1.0)
+            await fleet.wait_counted(b, TERM_EVENTS)
             stop.set()
             await gen_task
             after = await settle(fleet, workload)
@@ -373,13 +396,19 @@ async def test_brief_api_errors_during_renew_keep_the_leader(
         stop = asyncio.Event()
         gen_task = asyncio.create_task(workload.run(60.0, stop))
         try:
-            for status in (429, 503, 500, 504):
-                # Two renew PUTs fail (the fast path and the PUT after its fallback GET): well inside
-                # the renew deadline, so leadership holds and nothing is handed over.
-                sim.faults.fail_next(2, status=status, resource="leases", method="PUT")
-                served = f"status_{status}"
-                await eventually(_served_twice(sim, served), timeout=3, what=served)
-                await asyncio.sleep(0.4)
+            with LeaseLog(sim.store) as leases:
+                for status in (429, 503, 500, 504):
+                    # Two renew PUTs fail (the fast path and the PUT after its fallback GET): well inside
+                    # the renew deadline, so leadership holds and nothing is handed over.
+                    sim.faults.fail_next(2, status=status, resource="leases", method="PUT")
+                    served = f"status_{status}"
+                    await eventually(_served_twice(sim, served), timeout=3, what=served)
+                    failed = len(leases.writes)
+                    await eventually(
+                        functools.partial(written_by, leases, leader.identity, failed),
+                        timeout=LEASE_WRITTEN,
+                        what=f"a successful renew after the {status}s",
+                    )
             stop.set()
             await gen_task
             after = await settle(fleet, workload)
@@ -404,7 +433,7 @@ async def test_a_former_leader_taking_the_lease_back_never_lowers_the_watermark(
     the other leader's watermark."""
     async with Fleet(tmp_path) as fleet:
         a = await start_fleet(fleet, sim, tmp_path, "a")
-        await run_generator(workload, 1.0)
+        await run_generator(workload, 60)
         own = a.service.journal.watermark
         assert own is not None and own > 0
         writes: list[tuple[str, int | None]] = []
@@ -434,7 +463,12 @@ async def test_a_former_leader_taking_the_lease_back_never_lowers_the_watermark(
             )
             await eventually(lambda: not a.service.journal.leading, timeout=5, what="a loses the Lease")
             await eventually(lambda: a.service.journal.leading, timeout=10, what="a leads again")
-            await asyncio.sleep(0.5)  # a few renews
+
+            def renews_after_the_ghost() -> int:
+                holders = [holder for holder, _ in writes]
+                return len(writes) - holders.index("ghost") - 1 if "ghost" in holders else 0
+
+            await eventually(lambda: renews_after_the_ghost() >= 3, timeout=5, what="a few renews of a")
         finally:
             unsubscribe()
         assert own < ghost

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from app.kube import client as client_mod
 from app.kube.client import ApiError, KubeClient, error_from_response, parse_retry_after
+from tests.support.kubeconfig import write_kubeconfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -51,21 +52,6 @@ class Server:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-
-def write_kubeconfig(
-    path: Path, server: str, *, token: str | None = None, token_file: Path | None = None
-) -> Path:
-    user = f"    tokenFile: {token_file}\n" if token_file else f"    token: {token}\n"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-        f"clusters:\n- name: c\n  cluster:\n    server: {server}\n"
-        "- name: other\n  cluster:\n    server: http://127.0.0.1:1\n"
-        "contexts:\n- name: test\n  context:\n    cluster: c\n    user: u\n"
-        "- name: other\n  context:\n    cluster: other\n    user: u\n"
-        f"users:\n- name: u\n  user:\n{user}"
-    )
-    return path
 
 
 @pytest.fixture

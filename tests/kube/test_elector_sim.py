@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 
 from app.kube.client import KubeClient
-from app.kube.elector import ElectorConfig, KubeLeaseClient, LeaseElector, LeaseRecord, parse_lease
+from app.kube.elector import ElectorConfig, LeaseElector
+from app.kube.lease import KubeLeaseClient, LeaseRecord, parse_lease
 from app.kube.microtime import parse_microtime
 from app.kube.resources import LEASES
 from app.sim.cluster import SimulatedCluster
+from app.sim.status import StoreError
 from app.sim.store import Store
-from tests.kube.test_elector import Timeline  # loop time, which is time.monotonic() here
+from tests.support.election import Timeline  # loop time, which is time.monotonic() here
 
 NS, NAME = "monitoring", "trainer-metrics"
 WATERMARK = "trainer-metrics.kubeflow.org/watermark"
@@ -103,12 +105,6 @@ class Replicas:
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[SimulatedCluster]:
-    async with SimulatedCluster(host="127.0.0.1", port=0) as cluster:
-        yield cluster
-
-
-@pytest.fixture
 async def replicas(tmp_path: Path) -> AsyncIterator[Replicas]:
     r = Replicas(tmp_path)
     try:
@@ -128,12 +124,21 @@ def stored_lease(store: Store) -> dict[str, Any]:
     return store.get(LEASES, NS, NAME)
 
 
+def lease_exists(store: Store) -> bool:
+    try:
+        stored_lease(store)
+    except StoreError:  # NotFound
+        return False
+    return True
+
+
 async def test_single_candidate_creates_the_lease_with_valid_microtimes(
     sim: SimulatedCluster, replicas: Replicas
 ) -> None:
     a = await replicas.add("a", sim, annotations=lambda: {WATERMARK: "41"})
     await wait_until(lambda: replicas.timeline.leaders() == ["a"])
-    await asyncio.sleep(4 * RETRY)
+    first = stored_lease(sim.store)["spec"]["renewTime"]
+    await wait_until(lambda: stored_lease(sim.store)["spec"]["renewTime"] != first)  # a renew
     lease = stored_lease(sim.store)
     spec = lease["spec"]
     assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == LEASE_WRITTEN
@@ -201,7 +206,7 @@ async def test_killed_leader_is_replaced_only_after_the_lease_duration(
     a = await replicas.add("a", sim, release_on_cancel=False)
     await wait_until(lambda: tl.leaders() == ["a"])
     b = await replicas.add("b", sim)
-    await asyncio.sleep(0.6)
+    await wait_until(lambda: b.elector.status().holder == "a")
     renews_before = stored_lease(sim.store)["metadata"]["resourceVersion"]
     await a.stop()  # like SIGKILL: no release
     killed_at = time.monotonic()
@@ -227,7 +232,7 @@ async def test_hung_requests_stop_the_leader_before_the_follower_takes_over(
         a = await replicas.add("a", a_sim)
         await wait_until(lambda: tl.leaders() == ["a"])
         b = await replicas.add("b", sim)
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: b.elector.status().holder == "a")
         a_sim.faults.stall_requests(resource="leases")
         stalled_at = time.monotonic()
         await wait_until(lambda: tl.leaders() != ["a"])
@@ -242,8 +247,8 @@ async def test_hung_requests_stop_the_leader_before_the_follower_takes_over(
         assert b_started > a_stopped + 0.3
         # when a's network recovers it stays a follower
         a_sim.faults.release_requests()
-        await asyncio.sleep(1.0)
-        assert tl.leaders() == ["b"] and a.elector.status().holder == "b"
+        await wait_until(lambda: a.elector.status().holder == "b")
+        assert tl.leaders() == ["b"]
         await a.stop()
         await b.stop()
 
@@ -256,9 +261,11 @@ async def test_429_and_5xx_during_renew(sim: SimulatedCluster, replicas: Replica
     sim.faults.fail_next(2, status=429, resource="leases")
     sim.faults.fail_next(1, status=503, resource="leases")
     sim.faults.fail_next(1, status=500, resource="leases")
-    await asyncio.sleep(1.5)
+    await wait_until(lambda: sim.faults.counters["status_500"] == 1)  # the last of the burst
+    renewed = stored_lease(sim.store)["spec"]["renewTime"]
+    await wait_until(lambda: stored_lease(sim.store)["spec"]["renewTime"] != renewed)
     assert len(tl.intervals) == 1 and tl.leaders() == ["a"]
-    assert sim.faults.counters["status_429"] == 2 and sim.faults.counters["status_500"] == 1
+    assert sim.faults.counters["status_429"] == 2 and sim.faults.counters["status_503"] == 1
     # a lasting outage: the leader stops within the deadline, then re-acquires its own Lease
     sim.faults.fail_next(10_000, status=503, resource="leases")
     outage = time.monotonic()
@@ -276,10 +283,10 @@ async def test_lease_deleted_under_the_leader_is_recreated(sim: SimulatedCluster
     a = await replicas.add("a", sim)
     await wait_until(lambda: tl.leaders() == ["a"])
     b = await replicas.add("b", sim)
-    await asyncio.sleep(0.5)
+    await wait_until(lambda: b.elector.status().holder == "a")
     acquire = stored_lease(sim.store)["spec"]["acquireTime"]
     sim.store.delete(LEASES, NS, NAME)
-    await asyncio.sleep(1.0)
+    await wait_until(lambda: lease_exists(sim.store))
     lease = stored_lease(sim.store)
     assert lease["spec"]["holderIdentity"] == "a" and lease["spec"]["acquireTime"] == acquire
     assert len(tl.intervals) == 1 and tl.leaders() == ["a"]
@@ -320,5 +327,6 @@ async def test_racing_candidates_with_a_pre_existing_expired_lease(
     assert lease["metadata"]["labels"] == {"app": "trainer-metrics"}
     assert tl.intervals[0][3].holder_identity == "old-pod"
     # everyone agrees on the holder
-    for c in replicas.candidates:
-        assert c.elector.status().holder == rec.holder_identity
+    await wait_until(
+        lambda: all(c.elector.status().holder == rec.holder_identity for c in replicas.candidates)
+    )

@@ -13,15 +13,11 @@ import pytest
 from app.kube.client import KubeClient
 from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
-from app.kube.resources import TRAINJOBS
 from app.sim.cluster import SimulatedCluster
-
-try:  # tests/kube may or may not be a package (rootdir-relative vs. basename imports)
-    from tests.kube.test_informer_unit import Projector, Recorder
-    from tests.kube.test_informer_wire import eventually
-except ImportError:
-    from test_informer_unit import Projector, Recorder  # type: ignore[no-redef,import-not-found,unused-ignore]
-    from test_informer_wire import eventually  # type: ignore[no-redef,import-not-found,unused-ignore]
+from app.trainer.kinds import TRAINJOBS
+from tests.support.informer_fakes import Projector, Recorder
+from tests.support.kubeconfig import write_kubeconfig
+from tests.support.waiting import eventually
 
 OPTS = InformerOptions(
     page_size=500,
@@ -245,8 +241,7 @@ async def test_server_restart(env: Env) -> None:
     await env.sim.stop()
     env.delete("a")
     env.create("d")
-    await asyncio.sleep(0.3)
-    assert inf.counters.watch_restarts["refused"] >= 1
+    await eventually(lambda: inf.counters.watch_restarts["refused"] >= 1)
     env.sim.port = port
     env.sim.store.compact()
     await env.sim.start()
@@ -274,7 +269,7 @@ async def test_odd_and_oversized_objects_are_survived(env: Env) -> None:
 
 
 async def test_real_trainjob_projector(env: Env) -> None:
-    from app.trainer.projections import TrainJobProjector
+    from app.trainer.projectors import TrainJobProjector
 
     env.create("a", trainer={"numNodes": 3})
     recorder = Recorder()
@@ -294,11 +289,6 @@ async def test_real_trainjob_projector(env: Env) -> None:
 
 
 async def test_rotated_token_401_is_reloaded_and_retried(tmp_path: Path) -> None:
-    try:
-        from tests.kube.test_client import write_kubeconfig
-    except ImportError:
-        from test_client import write_kubeconfig  # type: ignore[no-redef,import-not-found,unused-ignore]
-
     token_file = tmp_path / "token"
     token_file.write_text("t1")
     async with SimulatedCluster(token="t1", bookmark_interval=0.5) as sim:

@@ -1,124 +1,40 @@
-"""Informer pieces without a network: backoff, line decoding (typed vs tolerant), relist diffs, telemetry."""
+"""The informer through its real list/watch loop over a fake client (tests/support/informer_fakes.py): line
+decoding (typed vs tolerant), event semantics, ERROR and BOOKMARK lines, relists, telemetry; plus backoff and
+the LIST page decoder as units.
+"""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import AsyncIterator
+from typing import Any
 
-import msgspec
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from app.informer_options import informer_options
 from app.kube.backoff import Backoff
-from app.kube.informer import Informer, InformerOptions, _WatchStop
+from app.kube.client import ApiError
+from app.kube.decode import Decoder
+from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
+from app.kube.ingest import watch_error_stop
+from app.kube.reflector import api_error_stop
 from app.kube.resources import ResourceKind
-
-THINGS = ResourceKind("example.com", "v1", "things", "Thing", namespaced=True)
-
-
-# --- test projector ------------------------------------------------------------------------------
-
-
-class Meta(msgspec.Struct):
-    name: str
-    uid: str
-    namespace: str = ""
-    resourceVersion: str = ""
-
-
-class Spec(msgspec.Struct):
-    value: int = 0
-
-
-class Wire(msgspec.Struct):
-    metadata: Meta
-    spec: Spec | None = None
-
-
-class Thing(msgspec.Struct, frozen=True):
-    key: str
-    uid: str
-    resource_version: str
-    value: int | None
-
-
-class Projector:
-    wire_type: type = Wire
-
-    def __init__(self) -> None:
-        self.typed = 0
-        self.tolerant = 0
-
-    def from_wire(self, wire: Any) -> Thing:
-        self.typed += 1
-        w: Wire = wire
-        m = w.metadata
-        key = f"{m.namespace}/{m.name}" if m.namespace else m.name
-        return Thing(key, m.uid, m.resourceVersion, w.spec.value if w.spec else 0)
-
-    def from_json(self, obj: Any) -> Thing | None:
-        self.tolerant += 1
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        if not isinstance(meta, dict):
-            return None
-        name, uid, ns = meta.get("name"), meta.get("uid"), meta.get("namespace") or ""
-        if not isinstance(name, str) or not name or not isinstance(uid, str):
-            return None
-        spec = obj.get("spec")
-        value = spec.get("value") if isinstance(spec, dict) else None
-        return Thing(
-            f"{ns}/{name}" if ns else name,
-            uid,
-            str(meta.get("resourceVersion", "")),
-            value if isinstance(value, int) else None,
-        )
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.fail_on: set[str] = set()
-
-    def on_added(self, obj: Thing, initial: bool) -> None:
-        self.calls.append(("added", obj.key, obj.resource_version, initial))
-        if obj.key in self.fail_on:
-            raise RuntimeError("handler bug")
-
-    def on_updated(self, old: Thing, new: Thing) -> None:
-        self.calls.append(("updated", new.key, old.resource_version, new.resource_version))
-        if new.key in self.fail_on:
-            raise RuntimeError("handler bug")
-
-    def on_deleted(self, last: Thing) -> None:
-        self.calls.append(("deleted", last.key, last.resource_version))
-
-
-def obj(name: str, rv: int, *, uid: str | None = None, value: Any = 1, ns: str = "ns") -> dict[str, Any]:
-    return {
-        "apiVersion": "example.com/v1",
-        "kind": "Thing",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "uid": uid or f"uid-{name}",
-            "resourceVersion": str(rv),
-            "managedFields": [{"manager": "x", "fieldsV1": {"f:spec": {}}}],
-        },
-        "spec": {"value": value},
-    }
+from tests.support.informer_fakes import (
+    THINGS,
+    FakeClient,
+    FakeStream,
+    Projector,
+    Recorder,
+    Thing,
+    obj,
+    running,
+)
 
 
 def line(etype: str, o: Any) -> bytes:
     return orjson.dumps({"type": etype, "object": o})
-
-
-def make(telemetry: InformerTelemetry | None = None) -> tuple[Informer[Thing], Projector, Recorder]:
-    p, r = Projector(), Recorder()
-    inf: Informer[Thing] = Informer(
-        cast(Any, None), THINGS, None, p, r, options=InformerOptions(), telemetry=telemetry
-    )
-    return inf, p, r
 
 
 def page(items: list[dict[str, Any]], rv: int, cont: str = "") -> bytes:
@@ -132,11 +48,58 @@ def page(items: list[dict[str, Any]], rv: int, cont: str = "") -> bytes:
     )
 
 
-def replace(inf: Informer[Thing], body: bytes) -> None:
-    items: dict[str, Thing] = {}
-    unusable: set[str] = set()
-    rv, _ = inf._decode_page(body, items, unusable)
-    inf._replace(items, rv, unusable)
+EXPIRED = line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}) + b"\n"
+# Backoff and the 410 quick relist still sleep on the event loop: keep those sleeps negligible.
+FAST = InformerOptions(backoff_base=0.001, backoff_cap=0.001)
+
+
+class Rig:
+    """An informer on a fake client, running; ``watch`` and ``relist`` feed it and wait until it is idle."""
+
+    def __init__(self, *, telemetry: InformerTelemetry | None = None, clock: Any = None) -> None:
+        self.client = FakeClient()
+        self.projector = Projector()
+        self.recorder = Recorder()
+        kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
+        self.informer: Informer[Thing] = Informer(
+            self.client,
+            THINGS,
+            None,
+            self.projector,
+            self.recorder,
+            options=FAST,
+            telemetry=telemetry,
+            **kwargs,
+        )
+        self.stream: FakeStream | None = None
+
+    async def start(self, first_page: bytes = b"") -> None:
+        """The initial LIST (empty unless given) and a watch stream with nothing on it yet."""
+        self.client.add_list(first_page or page([], 1))
+        self.stream = self.client.add_watch()
+        await self.client.idle()
+
+    async def lines(self, *lines: bytes, one_chunk: bool = False) -> None:
+        assert self.stream is not None
+        data = [ln + b"\n" for ln in lines]
+        self.stream.push(*([b"".join(data)] if one_chunk else data))
+        await self.client.idle()
+
+    async def relist(self, body: bytes) -> None:
+        """410 on the current watch: the informer relists (``body``), then watches a new stream."""
+        assert self.stream is not None
+        self.client.add_list(body)
+        self.stream.push(EXPIRED)
+        self.stream = self.client.add_watch()
+        await self.client.idle()
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    r = Rig()
+    async with running(r.informer):
+        await r.start()
+        yield r
 
 
 # --- backoff ---------------------------------------------------------------------------------------
@@ -165,10 +128,10 @@ def test_backoff_full_jitter_and_validation() -> None:
 # --- decoding --------------------------------------------------------------------------------------
 
 
-def test_typed_fast_path_skips_the_tolerant_decoder() -> None:
-    inf, p, r = make()
-    inf._process_line(line("ADDED", obj("a", 10)))
-    inf._process_line(memoryview(b"  " + line("MODIFIED", obj("a", 11, value=2)))[2:])
+async def test_typed_fast_path_skips_the_tolerant_decoder(rig: Rig) -> None:
+    # One chunk: the second line reaches the decoder as a memoryview at an offset into it.
+    await rig.lines(line("ADDED", obj("a", 10)), line("MODIFIED", obj("a", 11, value=2)), one_chunk=True)
+    inf, p, r = rig.informer, rig.projector, rig.recorder
     assert (p.typed, p.tolerant) == (2, 0)
     assert r.calls == [("added", "ns/a", "10", False), ("updated", "ns/a", "10", "11")]
     assert inf.get("ns/a") == Thing("ns/a", "uid-a", "11", 2)
@@ -176,95 +139,114 @@ def test_typed_fast_path_skips_the_tolerant_decoder() -> None:
     assert (inf.counters.added, inf.counters.modified) == (1, 1)
 
 
-def test_typed_failure_falls_back_to_tolerant_projection() -> None:
-    inf, p, r = make()
-    inf._process_line(line("ADDED", obj("a", 10, value="not-an-int")))
+async def test_typed_failure_falls_back_to_tolerant_projection(rig: Rig) -> None:
+    await rig.lines(line("ADDED", obj("a", 10, value="not-an-int")))
+    inf, p, r = rig.informer, rig.projector, rig.recorder
     assert p.tolerant == 1
     assert inf.get("ns/a") == Thing("ns/a", "uid-a", "10", None)
     assert r.calls == [("added", "ns/a", "10", False)]
     assert inf.counters.skipped["malformed"] == 0
 
 
-def test_unusable_objects_and_lines_are_skipped_counted_and_rv_advances(
-    caplog: pytest.LogCaptureFixture,
+async def test_unusable_objects_and_lines_are_skipped_counted_and_rv_advances(
+    rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    inf, _, r = make()
     no_name = {"metadata": {"namespace": "ns", "resourceVersion": "12"}}
-    inf._process_line(line("ADDED", no_name))
-    inf._process_line(line("ADDED", no_name))
-    inf._process_line(b"this is not json")
-    inf._process_line(b'["a list"]')
-    inf._process_line(line("SURPRISE", obj("a", 13)))
-    inf._process_line(
-        line("MODIFIED", {"metadata": {"name": "b", "namespace": "ns", "resourceVersion": "14"}})
+    unnamed_b = {"metadata": {"name": "b", "namespace": "ns", "resourceVersion": "14"}}  # no uid
+    await rig.lines(
+        line("ADDED", no_name),
+        line("ADDED", no_name),
+        b"this is not json",
+        b'["a list"]',
+        line("SURPRISE", obj("a", 13)),
+        line("MODIFIED", unnamed_b),
+        line("MODIFIED", unnamed_b),
     )
-    inf._process_line(
-        line("MODIFIED", {"metadata": {"name": "b", "namespace": "ns", "resourceVersion": "14"}})
-    )
-    assert r.calls == []
+    inf = rig.informer
+    assert rig.recorder.calls == []
     assert inf.counters.skipped["malformed"] == 7
     assert inf.resource_version == "14"  # a skipped object is not replayed on the next watch
     # Logged once per (key, rv), not per occurrence.
     assert sum("ns/b" in rec.getMessage() for rec in caplog.records) == 1
 
 
-def test_event_semantics_follow_the_cache_not_the_event_type() -> None:
-    inf, _, r = make()
-    inf._process_line(line("MODIFIED", obj("a", 10)))  # unknown key -> add
-    inf._process_line(line("ADDED", obj("a", 11)))  # known key -> update
-    inf._process_line(line("ADDED", obj("a", 11)))  # same RV again -> nothing
-    inf._process_line(line("DELETED", obj("zz", 12)))  # unknown key -> nothing
-    inf._process_line(line("MODIFIED", obj("a", 13, uid="uid-a2")))  # recreated -> delete + add
-    inf._process_line(line("DELETED", obj("a", 14, uid="uid-a2")))
-    assert r.calls == [
+async def test_event_semantics_follow_the_cache_not_the_event_type(rig: Rig) -> None:
+    await rig.lines(
+        line("MODIFIED", obj("a", 10)),  # unknown key -> add
+        line("ADDED", obj("a", 11)),  # known key -> update
+        line("ADDED", obj("a", 11)),  # same RV again -> nothing
+        line("DELETED", obj("zz", 12)),  # unknown key -> nothing
+        line("MODIFIED", obj("a", 13, uid="uid-a2")),  # recreated -> delete + add
+        line("DELETED", obj("a", 14, uid="uid-a2")),
+    )
+    assert rig.recorder.calls == [
         ("added", "ns/a", "10", False),
         ("updated", "ns/a", "10", "11"),
         ("deleted", "ns/a", "11"),
         ("added", "ns/a", "13", False),
         ("deleted", "ns/a", "14"),  # the event's object: RV is the deletion RV
     ]
-    assert len(inf) == 0 and inf.resource_version == "14"
+    assert len(rig.informer) == 0 and rig.informer.resource_version == "14"
 
 
-def test_deleted_with_unusable_object_reports_cached_state() -> None:
-    inf, _, r = make()
-    inf._process_line(line("ADDED", obj("a", 10)))
-    inf._process_line(
-        line("DELETED", {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "11"}})
-    )
-    assert r.calls[-1] == ("deleted", "ns/a", "10")
-    assert len(inf) == 0 and inf.resource_version == "11"
+async def test_deleted_with_unusable_object_reports_cached_state(rig: Rig) -> None:
+    await rig.lines(line("ADDED", obj("a", 10)))
+    await rig.lines(line("DELETED", {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "11"}}))
+    assert rig.recorder.calls[-1] == ("deleted", "ns/a", "10")
+    assert len(rig.informer) == 0 and rig.informer.resource_version == "11"
 
 
-def test_bookmark_only_moves_rv_and_error_events_stop_the_watch() -> None:
-    inf, _, r = make()
-    inf._process_line(line("BOOKMARK", {"kind": "Thing", "metadata": {"resourceVersion": "99"}}))
-    assert inf.resource_version == "99" and r.calls == [] and inf.counters.bookmark == 1
-    with pytest.raises(_WatchStop) as stop:
-        inf._process_line(
-            line(
-                "ERROR",
-                {
-                    "kind": "Status",
-                    "code": 410,
-                    "reason": "Expired",
-                    "message": "too old resource version: 1 (5)",
-                },
-            )
+async def test_bookmark_only_moves_rv_and_error_events_stop_the_watch(rig: Rig) -> None:
+    inf, client = rig.informer, rig.client
+    await rig.lines(line("BOOKMARK", {"kind": "Thing", "metadata": {"resourceVersion": "99"}}))
+    assert inf.resource_version == "99" and rig.recorder.calls == [] and inf.counters.bookmark == 1
+    # 410: the watch ends, and the relist is a consistent read (the RV we hold is too old).
+    client.add_list(page([], 120))
+    await rig.lines(
+        line(
+            "ERROR",
+            {
+                "kind": "Status",
+                "code": 410,
+                "reason": "Expired",
+                "message": "too old resource version: 1 (5)",
+            },
         )
-    assert (stop.value.reason, stop.value.relist, stop.value.fresh) == ("expired", "expired", True)
-    with pytest.raises(_WatchStop) as stop2:
-        inf._process_line(line("ERROR", {"kind": "Status", "code": 500, "reason": "InternalError"}))
-    assert (stop2.value.relist, stop2.value.fresh, stop2.value.backoff) == ("watch_error", False, True)
+    )
+    assert (inf.counters.watch_restarts["expired"], inf.counters.relists["expired"]) == (1, 1)
+    assert "resourceVersion" not in client.list_queries()[-1]
+    # Any other ERROR: the watch ends too, with a backoff and a relist from the RV we hold.
+    rig.stream = client.add_watch()
+    await rig.lines(line("ERROR", {"kind": "Status", "code": 500, "reason": "InternalError"}))
+    assert (inf.counters.watch_restarts["error"], inf.counters.relists["watch_error"]) == (1, 1)
+    assert client.list_queries()[-1]["resourceVersion"] == "120"
     assert inf.counters.error == 2
 
 
-def test_handler_exceptions_are_contained() -> None:
-    inf, _, r = make()
-    r.fail_on.add("ns/a")
-    inf._process_line(line("ADDED", obj("a", 10)))
-    inf._process_line(line("MODIFIED", obj("a", 11)))
-    inf._process_line(line("ADDED", obj("b", 12)))
+def test_what_an_error_event_or_a_failed_watch_request_means() -> None:
+    expired = watch_error_stop({"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"})
+    assert (expired.reason, expired.relist, expired.fresh) == ("expired", "expired", True)
+    other = watch_error_stop({"kind": "Status", "code": 500, "reason": "InternalError"})
+    assert (other.relist, other.fresh, other.backoff) == ("watch_error", False, True)
+    too_large = watch_error_stop({"code": 504, "message": "Timeout: Too large resource version: 9"})
+    assert (too_large.relist, too_large.fresh) == ("watch_error", True)
+    assert watch_error_stop("not a Status").reason == "error"
+    throttled = api_error_stop(ApiError(429, "TooManyRequests", "slow down", retry_after=3600))
+    assert (throttled.reason, throttled.relist, throttled.backoff, throttled.retry_after) == (
+        "throttled",
+        None,
+        True,
+        60.0,  # capped
+    )
+    assert api_error_stop(ApiError(0, "ClientConnectorError", "refused")).reason == "refused"
+    gone = api_error_stop(ApiError(410, "Gone", "gone"))
+    assert (gone.relist, gone.fresh) == ("expired", True)
+
+
+async def test_handler_exceptions_are_contained(rig: Rig) -> None:
+    rig.recorder.fail_on.add("ns/a")
+    await rig.lines(line("ADDED", obj("a", 10)), line("MODIFIED", obj("a", 11)), line("ADDED", obj("b", 12)))
+    inf = rig.informer
     assert inf.counters.skipped["handler_error"] == 2
     assert inf.get("ns/a") is not None and inf.get("ns/b") is not None
 
@@ -272,81 +254,130 @@ def test_handler_exceptions_are_contained() -> None:
 # --- relist diff ------------------------------------------------------------------------------------
 
 
-def test_relist_diffs_against_the_cache() -> None:
-    inf, p, r = make()
-    replace(inf, page([obj("a", 1), obj("b", 2), obj("c", 3)], 5))
-    assert r.calls == [("added", f"ns/{k}", str(i), True) for i, k in enumerate("abc", 1)]
-    assert inf.synced and inf.resource_version == "5" and p.tolerant == 0
-    r.calls.clear()
-    # During a gap: a unchanged, b modified, c deleted, d created, e created+deleted (never seen),
-    # f is malformed in the list -> unseen; a recreated object would change its uid.
-    replace(inf, page([obj("a", 1), obj("b", 7), obj("d", 8)], 9))
-    assert r.calls == [("updated", "ns/b", "2", "7"), ("added", "ns/d", "8", False), ("deleted", "ns/c", "3")]
-    r.calls.clear()
-    replace(inf, page([obj("a", 10, uid="new-a"), obj("b", 7), obj("d", 8)], 11))
-    assert r.calls == [("deleted", "ns/a", "1"), ("added", "ns/a", "10", False)]
-    assert inf.keys() == ["ns/a", "ns/b", "ns/d"]
+async def test_relist_diffs_against_the_cache() -> None:
+    rig = Rig()
+    inf, p, r = rig.informer, rig.projector, rig.recorder
+    async with running(inf):
+        await rig.start(page([obj("a", 1), obj("b", 2), obj("c", 3)], 5))
+        assert r.calls == [("added", f"ns/{k}", str(i), True) for i, k in enumerate("abc", 1)]
+        assert inf.synced and inf.resource_version == "5" and p.tolerant == 0
+        r.calls.clear()
+        # During a gap: a unchanged, b modified, c deleted, d created, e created+deleted (never seen),
+        # f is malformed in the list -> unseen; a recreated object would change its uid.
+        await rig.relist(page([obj("a", 1), obj("b", 7), obj("d", 8)], 9))
+        assert r.calls == [
+            ("updated", "ns/b", "2", "7"),
+            ("added", "ns/d", "8", False),
+            ("deleted", "ns/c", "3"),
+        ]
+        r.calls.clear()
+        await rig.relist(page([obj("a", 10, uid="new-a"), obj("b", 7), obj("d", 8)], 11))
+        assert r.calls == [("deleted", "ns/a", "1"), ("added", "ns/a", "10", False)]
+        assert inf.keys() == ["ns/a", "ns/b", "ns/d"]
 
 
-def test_relist_keeps_last_good_state_of_an_unusable_item() -> None:
-    inf, p, r = make()
-    replace(inf, page([obj("a", 1), obj("b", 2)], 5))
-    r.calls.clear()
-    broken_b = {"metadata": {"name": "b", "namespace": "ns", "resourceVersion": "6"}}  # no uid
-    replace(inf, page([obj("a", 1), broken_b, {"metadata": {}}], 7))
-    assert r.calls == []  # b is not reported deleted; the nameless item is dropped
-    assert inf.get("ns/b") == Thing("ns/b", "uid-b", "2", 1)
-    assert inf.counters.skipped["malformed"] == 2
-    assert p.tolerant >= 2
+async def test_relist_keeps_last_good_state_of_an_unusable_item() -> None:
+    rig = Rig()
+    inf, p, r = rig.informer, rig.projector, rig.recorder
+    async with running(inf):
+        await rig.start(page([obj("a", 1), obj("b", 2)], 5))
+        r.calls.clear()
+        broken_b = {"metadata": {"name": "b", "namespace": "ns", "resourceVersion": "6"}}  # no uid
+        await rig.relist(page([obj("a", 1), broken_b, {"metadata": {}}], 7))
+        assert r.calls == []  # b is not reported deleted; the nameless item is dropped
+        assert inf.get("ns/b") == Thing("ns/b", "uid-b", "2", 1)
+        assert inf.counters.skipped["malformed"] == 2
+        assert p.tolerant >= 2
+
+
+async def test_a_handler_is_told_around_a_relist_diff_with_the_rv_held_before_the_gap() -> None:
+    rig = Rig()
+    r = rig.recorder
+    relists: list[int | None] = []
+
+    def on_relist(since: int | None) -> None:
+        relists.append(since)
+        r.calls.append(("relist", since))
+
+    r.on_relist = on_relist  # type: ignore[attr-defined]
+    async with running(rig.informer):
+        await rig.start(page([obj("a", 1)], 5))
+        assert relists == []  # the initial list is not a relist
+        await rig.relist(page([obj("a", 1), obj("d", 8)], 9))
+        assert r.calls[-3:] == [("relist", 5), ("added", "ns/d", "8", False), ("relist", None)]
+
+
+# --- LIST page decoding -----------------------------------------------------------------------------
 
 
 def test_list_page_typed_decoding_and_garbage() -> None:
-    inf, p, _ = make()
-    items: dict[str, Thing] = {}
-    rv, cont = inf._decode_page(page([obj("a", 1)], 5, cont="tok"), items, set())
-    assert (rv, cont, list(items), p.tolerant) == ("5", "tok", ["ns/a"], 0)
-    rv, cont = inf._decode_page(b'{"metadata":{"resourceVersion":"6"},"items":null}', items, set())
-    assert (rv, cont) == ("6", "")
-    from app.kube.client import ApiError
+    p = Projector()
+    decoder: Decoder[Thing] = Decoder(p)
+    skipped: list[tuple[str, str | None, str]] = []
 
+    def decode(body: bytes, items: dict[str, Thing], unusable: set[str]) -> tuple[str, str]:
+        return decoder.page(body, {}, items, unusable, lambda *skip: skipped.append(skip))
+
+    items: dict[str, Thing] = {}
+    rv, cont = decode(page([obj("a", 1)], 5, cont="tok"), items, set())
+    assert (rv, cont, list(items), p.tolerant) == ("5", "tok", ["ns/a"], 0)
+    rv, cont = decode(b'{"metadata":{"resourceVersion":"6"},"items":null}', items, set())
+    assert (rv, cont) == ("6", "")
     with pytest.raises(ApiError):
-        inf._decode_page(b"<html>oops</html>", items, set())
+        decode(b"<html>oops</html>", items, set())
+    unusable: set[str] = set()
+    decode(page([{"metadata": {"name": "x", "namespace": "ns", "resourceVersion": "7"}}], 8), items, unusable)
+    assert unusable == {"ns/x"} and skipped == [("malformed", "ns/x", "7")]
+
+
+async def test_a_list_that_is_not_json_is_retried_not_applied() -> None:
+    rig = Rig()
+    async with running(rig.informer):
+        rig.client.add_list(b"<html>oops</html>")
+        await rig.start(page([obj("a", 1)], 5))
+        assert rig.recorder.calls == [("added", "ns/a", "1", True)] and len(rig.client.list_queries()) == 2
 
 
 # --- telemetry -------------------------------------------------------------------------------------
 
 
-def test_telemetry_collects_plain_counters() -> None:
+async def test_telemetry_collects_plain_counters() -> None:
     registry = CollectorRegistry()
-    telemetry = InformerTelemetry(registry)
-    inf, _, _r = make(telemetry)
-    replace(inf, page([obj("a", 1)], 5))
-    inf._process_line(line("ADDED", obj("b", 6)))
-    inf._process_line(b"junk")
-    inf.counters.relists["expired"] += 1
-    labels = {"informer": "things"}
-    assert registry.get_sample_value("trainer_metrics_informer_synced", labels) == 1
-    assert registry.get_sample_value("trainer_metrics_informer_objects", labels) == 2
-    assert (
-        registry.get_sample_value("trainer_metrics_informer_events_total", {**labels, "type": "ADDED"}) == 1
-    )
-    assert (
-        registry.get_sample_value("trainer_metrics_informer_relists_total", {**labels, "reason": "expired"})
-        == 1
-    )
-    assert (
-        registry.get_sample_value(
-            "trainer_metrics_informer_skipped_objects_total", {**labels, "reason": "malformed"}
+    now = [1000.0]
+    telemetry = InformerTelemetry(registry, clock=lambda: now[0])
+    rig = Rig(telemetry=telemetry, clock=lambda: now[0])
+    async with running(rig.informer):
+        await rig.start(page([obj("a", 1)], 5))
+        await rig.lines(line("ADDED", obj("b", 6)), b"junk")
+        rig.informer.counters.relists["expired"] += 1
+        now[0] += 2.5
+        labels = {"informer": "things"}
+        assert registry.get_sample_value("trainer_metrics_informer_synced", labels) == 1
+        assert registry.get_sample_value("trainer_metrics_informer_objects", labels) == 2
+        assert (
+            registry.get_sample_value("trainer_metrics_informer_events_total", {**labels, "type": "ADDED"})
+            == 1
         )
-        == 1
-    )
-    assert registry.get_sample_value("trainer_metrics_informer_stale", labels) == 0
-    age = registry.get_sample_value("trainer_metrics_informer_last_event_age_seconds", labels)
-    assert age is not None and 0 <= age < 5
-    with pytest.raises(ValueError):
-        make(telemetry)  # the same informer name twice
-    telemetry.unregister("things")
-    assert registry.get_sample_value("trainer_metrics_informer_synced", labels) is None
+        assert (
+            registry.get_sample_value(
+                "trainer_metrics_informer_relists_total", {**labels, "reason": "expired"}
+            )
+            == 1
+        )
+        assert (
+            registry.get_sample_value(
+                "trainer_metrics_informer_skipped_objects_total", {**labels, "reason": "malformed"}
+            )
+            == 1
+        )
+        assert registry.get_sample_value("trainer_metrics_informer_stale", labels) == 0
+        assert registry.get_sample_value("trainer_metrics_informer_last_event_age_seconds", labels) == 2.5
+        now[0] += FAST.inactivity_timeout  # nothing received since: stale, by the injected clock
+        assert registry.get_sample_value("trainer_metrics_informer_stale", labels) == 1
+        with pytest.raises(ValueError):
+            Rig(telemetry=telemetry)  # the same informer name twice
+        telemetry.unregister("things")
+        assert registry.get_sample_value("trainer_metrics_informer_synced", labels) is None
 
 
 def test_informer_name_and_options_from_settings() -> None:
@@ -355,24 +386,9 @@ def test_informer_name_and_options_from_settings() -> None:
     s = Settings(
         watch_timeout_min_seconds=10, watch_timeout_max_seconds=20, list_page_size=7, leader_election=False
     )
-    o = InformerOptions.from_settings(s)
+    o = informer_options(s)
     assert (o.page_size, o.watch_timeout_range, o.max_object_bytes) == (7, (10, 20), s.max_object_bytes)
     p, r = Projector(), Recorder()
-    assert Informer(cast(Any, None), THINGS, "team1", p, r).name == "things/team1"
+    assert Informer(FakeClient(), THINGS, "team1", p, r).name == "things/team1"
     cluster = ResourceKind("example.com", "v1", "globals", "Global", namespaced=False)
-    assert Informer(cast(Any, None), cluster, "team1", p, r).name == "globals"
-
-
-def test_a_handler_is_told_around_a_relist_diff_with_the_rv_held_before_the_gap() -> None:
-    inf, _, r = make()
-    relists: list[int | None] = []
-
-    def on_relist(since: int | None) -> None:
-        relists.append(since)
-        r.calls.append(("relist", since))
-
-    r.on_relist = on_relist  # type: ignore[attr-defined]
-    replace(inf, page([obj("a", 1)], 5))
-    assert relists == []  # the initial list is not a relist
-    replace(inf, page([obj("a", 1), obj("d", 8)], 9))
-    assert r.calls[-3:] == [("relist", 5), ("added", "ns/d", "8", False), ("relist", None)]
+    assert Informer(FakeClient(), cluster, "team1", p, r).name == "globals"

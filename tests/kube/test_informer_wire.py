@@ -1,4 +1,5 @@
-"""Informer against a scripted HTTP API server: exact wire cases from k8s-protocol.md §2 and §6.
+"""Informer against a scripted HTTP API server: exact wire cases from
+docs/design/k8s-protocol.md §2 and §6.
 
 The stub keeps a global resourceVersion, an event history (compactable) and live watch streams, and
 lets each test inject a fault into the next LIST or WATCH request.
@@ -18,13 +19,9 @@ from aiohttp import web
 
 from app.kube.client import KubeClient
 from app.kube.informer import Informer, InformerOptions
-
-try:  # tests/kube may or may not be a package (rootdir-relative vs. basename imports)
-    from tests.kube.test_client import write_kubeconfig
-    from tests.kube.test_informer_unit import THINGS, Projector, Recorder, obj
-except ImportError:
-    from test_client import write_kubeconfig  # type: ignore[no-redef,import-not-found,unused-ignore]
-    from test_informer_unit import THINGS, Projector, Recorder, obj  # type: ignore[no-redef,import-not-found,unused-ignore]
+from tests.support.informer_fakes import THINGS, Projector, Recorder, obj
+from tests.support.kubeconfig import write_kubeconfig
+from tests.support.waiting import eventually
 
 FAST = InformerOptions(
     page_size=500,
@@ -228,14 +225,6 @@ class StubApiServer:
         return [q for q in self.requests if "watch" in q]
 
 
-async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-
-
 class Harness:
     def __init__(self, stub: StubApiServer, client: KubeClient) -> None:
         self.stub = stub
@@ -418,8 +407,14 @@ async def test_reset_mid_chunk_resumes_and_delivers_once(h: Harness) -> None:
     h.stub.put("b")
     await eventually(lambda: len(h.calls()) == 2)
     await eventually(lambda: inf.counters.watch_restarts["reset"] == 1)
-    await asyncio.sleep(0.1)
-    assert h.calls() == [("added", "ns/a", "101", True), ("added", "ns/b", "102", False)]
+    # Events arrive in order: a duplicate of "b" would come before "c".
+    h.stub.put("c")
+    await eventually(lambda: inf.get("ns/c") is not None)
+    assert h.calls() == [
+        ("added", "ns/a", "101", True),
+        ("added", "ns/b", "102", False),
+        ("added", "ns/c", "103", False),
+    ]
     assert len(h.stub.lists()) == 1 and inf.counters.skipped["malformed"] == 0
 
 
@@ -508,8 +503,7 @@ async def test_server_restart_with_lost_history(h: Harness, stub: StubApiServer)
     stub.put("c")
     stub.delete("a")
     stub.compact()
-    await asyncio.sleep(0.3)  # refused connections meanwhile: backoff, no relist
-    assert inf.counters.watch_restarts["refused"] >= 1
+    await eventually(lambda: inf.counters.watch_restarts["refused"] >= 1)  # backoff, no relist
     await stub.start(port)
     await eventually(lambda: inf.counters.relists["expired"] == 1 and inf.watching)
     assert sorted(inf.keys()) == ["ns/b", "ns/c"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -10,7 +11,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics.trainer_metrics import TrainerMetricState
-from app.trainer.events import JobCreated, JobFinished
+from app.trainer.events import JobAdmitted, JobCreated, JobFinished, JobStarted
 
 REF = "trainer.kubeflow.org/ClusterTrainingRuntime//torch-distributed"
 
@@ -38,6 +39,14 @@ def finished(
     uid: str | None = None,
 ) -> JobFinished:
     return JobFinished(rv, uid or f"uid-{rv}", result, reason, ref, lifetime)
+
+
+def started(rv: int, *, ref: str = REF, seconds: float = 42.0, uid: str | None = None) -> JobStarted:
+    return JobStarted(rv, uid or f"uid-{rv}", ref, seconds)
+
+
+def admitted(rv: int, *, ref: str = REF, seconds: float = 300.0, uid: str | None = None) -> JobAdmitted:
+    return JobAdmitted(rv, uid or f"uid-{rv}", ref, seconds)
 
 
 def reference_text(state: TrainerMetricState) -> bytes:
@@ -89,3 +98,25 @@ def value(text: bytes, sample_name: str, **labels: str) -> float | None:
 def feed(state: Any, events: Iterable[JobCreated | JobFinished]) -> None:
     for event in events:
         state.on_countable(event)
+
+
+@dataclass
+class Telemetry:
+    """The journal's telemetry hooks, recorded."""
+
+    leader: list[bool] = field(default_factory=list)
+    replayed: int = 0
+    skipped: int = 0
+    overflowed: int = 0
+
+    def set_leader(self, leading: bool) -> None:
+        self.leader.append(leading)
+
+    def handover_replayed(self, count: int) -> None:
+        self.replayed += count
+
+    def handover_skipped(self, count: int) -> None:
+        self.skipped += count
+
+    def journal_overflowed(self, count: int) -> None:
+        self.overflowed += count

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.handover.journal import CountJournal
 from app.metrics.exposition import (
     CONTENT_TYPE_OPENMETRICS,
     CONTENT_TYPE_TEXT,
@@ -16,8 +17,7 @@ from app.metrics.exposition import (
     accepts_gzip,
     wants_openmetrics,
 )
-from app.metrics.journal import CountJournal
-from app.metrics.telemetry import LIMITS, SelfTelemetry
+from app.metrics.telemetry import Limit, SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
 
 from .helpers import REF, created, finished, value
@@ -173,7 +173,7 @@ def test_self_telemetry_and_journal_hooks() -> None:
     assert value(body, "trainer_metrics_handover_replayed_events_total") == 2.0
     assert value(body, "trainer_metrics_handover_skipped_events_total") == 1.0
     assert value(body, "trainer_metrics_journal_overflow_total") == 2.0
-    for limit in LIMITS:
+    for limit in Limit:
         assert value(body, "trainer_metrics_limit_hits_total", limit=limit) == 0.0
     assert b'trainer_metrics_build_info{python_version="' in body
     assert b"python_gc_collections_total" in body and b"python_info" in body

@@ -3,61 +3,19 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.metrics.journal import CountJournal
-from app.trainer.events import CountableEvent, GaugeKey
+from app.handover.journal import CountJournal
+from app.trainer.events import CountableEvent
+from tests.support.sinks import RecordingSink
 
-from .helpers import created, finished
-
-
-@dataclass
-class Recorder:
-    """A TrainerSink that records what reaches the metric state."""
-
-    counted: list[CountableEvent] = field(default_factory=list)
-    gauges: list[tuple[GaugeKey, int]] = field(default_factory=list)
-    runtime_signals: int = 0
-
-    def on_countable(self, event: CountableEvent) -> None:
-        self.counted.append(event)
-
-    def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
-        self.gauges.append((key, value))
-
-    def on_runtimes_changed(self) -> None:
-        self.runtime_signals += 1
-
-    @property
-    def rvs(self) -> list[int]:
-        return [e.rv for e in self.counted]
+from .helpers import Telemetry, created, finished
 
 
-@dataclass
-class Telemetry:
-    leader: list[bool] = field(default_factory=list)
-    replayed: int = 0
-    skipped: int = 0
-    overflowed: int = 0
-
-    def set_leader(self, leading: bool) -> None:
-        self.leader.append(leading)
-
-    def handover_replayed(self, count: int) -> None:
-        self.replayed += count
-
-    def handover_skipped(self, count: int) -> None:
-        self.skipped += count
-
-    def journal_overflowed(self, count: int) -> None:
-        self.overflowed += count
-
-
-def make(size: int = 100) -> tuple[CountJournal, Recorder, Telemetry]:
-    rec, tel = Recorder(), Telemetry()
+def make(size: int = 100) -> tuple[CountJournal, RecordingSink, Telemetry]:
+    rec, tel = RecordingSink(), Telemetry()
     return CountJournal(rec, journal_size=size, telemetry=tel), rec, tel
 
 
@@ -71,8 +29,8 @@ def test_follower_forwards_gauges_and_runtimes_but_counts_nothing() -> None:
         journal.on_countable(e)
     journal.on_jobs_gauge(("ns", "ref", "running"), 2)
     journal.on_runtimes_changed()
-    assert rec.counted == []
-    assert rec.gauges == [(("ns", "ref", "running"), 2)] and rec.runtime_signals == 1
+    assert rec.events == []
+    assert rec.gauge_calls == [(("ns", "ref", "running"), 2)] and rec.runtime_changes == 1
     assert journal.remembered == 5 and not journal.leading and journal.watermark is None
 
 
@@ -158,7 +116,7 @@ def test_zero_sized_journal_remembers_nothing() -> None:
 
 def _run_two_replicas(
     stream: list[CountableEvent], switches: list[int], *, crash: bool, renew_every: int
-) -> tuple[Recorder, Recorder]:
+) -> tuple[RecordingSink, RecordingSink]:
     """Feed the same stream to two replicas; leadership alternates at the given stream positions.
 
     Graceful: the old leader stops, its final watermark is handed over. Crash: the new leader gets the

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from app.metrics.journal import CountJournal
-from app.service import format_watermarks, parse_watermarks
+from app.handover.journal import CountJournal
+from app.handover.watermarks import format_watermarks, parse_watermarks
 from app.trainer.events import CountableEvent, JobFinished
+from tests.support.sinks import RecordingSink
 
 from .helpers import created
-from .test_journal import Recorder
 
 
 def _by_namespace(event: CountableEvent) -> str:
     return event.namespace
 
 
-def _pair() -> tuple[CountJournal, Recorder, CountJournal, Recorder]:
-    old_rec, new_rec = Recorder(), Recorder()
+def _pair() -> tuple[CountJournal, RecordingSink, CountJournal, RecordingSink]:
+    old_rec, new_rec = RecordingSink(), RecordingSink()
     old = CountJournal(old_rec, journal_size=100, stream_of=_by_namespace)
     new = CountJournal(new_rec, journal_size=100, stream_of=_by_namespace)
     return old, old_rec, new, new_rec
@@ -49,7 +49,7 @@ def test_late_event_at_or_below_its_own_stream_floor_is_skipped() -> None:
     new.on_countable(created(25, ns="team-b"))  # the old leader counted team-b up to 30
     new.on_countable(created(25, ns="team-a"))  # above team-a's floor: not counted before
     assert new_rec.rvs == [25]
-    assert new_rec.counted[0].namespace == "team-a"
+    assert new_rec.events[0].namespace == "team-a"
 
 
 def test_unknown_stream_falls_back_to_the_all_namespaces_floor() -> None:

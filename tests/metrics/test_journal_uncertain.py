@@ -2,20 +2,23 @@
 
 A relist tags an edge with ``since`` (the rv its informer held before the gap) and ``rv`` (the job's state in
 the list). With the floor between the two, the new leader cannot tell from its own data whether the previous
-leader counted it (app/metrics/journal.py); the service reads the TrainJobs as they were at the floor."""
+leader counted it (app/handover/journal.py); app/handover/settle.py reads the TrainJobs as they were at the
+floor."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
-from app.metrics.journal import CountJournal, counted_before
+from app.handover.journal import CountJournal
+from app.handover.settle import HeldEdgeSettler, counted_before
+from tests.support.sinks import RecordingSink
 
-from .helpers import created, finished
-from .test_journal import Recorder, Telemetry
+from .helpers import Telemetry, created, finished
 
 
-def make() -> tuple[CountJournal, Recorder, Telemetry, list[int]]:
-    rec, tel, signals = Recorder(), Telemetry(), []
+def make() -> tuple[CountJournal, RecordingSink, Telemetry, list[int]]:
+    rec, tel, signals = RecordingSink(), Telemetry(), []
     journal = CountJournal(rec, journal_size=100, telemetry=tel, on_uncertain=lambda: signals.append(1))
     return journal, rec, tel, signals
 
@@ -28,7 +31,7 @@ def test_a_relisted_edge_across_the_floor_is_held_at_takeover_and_settled() -> N
     for e in (old, new, plain):
         journal.on_countable(e)
     assert journal.start_leading(100) == 1
-    assert rec.counted == [plain]
+    assert rec.events == [plain]
     assert journal.uncertain == 2 and signals
     assert sorted((e.uid, stream, floor) for e, stream, floor in journal.take_uncertain()) == [
         ("new", "", 100),
@@ -40,7 +43,7 @@ def test_a_relisted_edge_across_the_floor_is_held_at_takeover_and_settled() -> N
     assert journal.watermarks == {"": 129}
     journal.settle(old, count=False)  # the job existed at the floor: the previous leader counted it
     journal.settle(new, count=True)
-    assert [e.uid for e in rec.counted] == ["plain", "later", "new"]
+    assert [e.uid for e in rec.events] == ["plain", "later", "new"]
     assert journal.uncertain == 0 and journal.watermarks == {"": 150}
     assert tel.skipped == 1 and tel.replayed == 2
 
@@ -51,7 +54,7 @@ def test_a_live_relisted_edge_while_leading_is_held_too() -> None:
     journal.on_countable(dataclasses.replace(finished(130, uid="a"), since=50))
     journal.on_countable(dataclasses.replace(finished(131, uid="b"), since=100))  # gap began at the floor
     journal.on_countable(dataclasses.replace(finished(90, uid="c"), since=50))  # at or below: skipped
-    assert [e.uid for e in rec.counted] == ["b"]
+    assert [e.uid for e in rec.events] == ["b"]
     assert journal.uncertain == 1 and len(signals) == 1
 
 
@@ -63,9 +66,9 @@ def test_uncertain_events_are_dropped_at_stop_and_weighed_again_next_term() -> N
     journal.stop_leading()
     assert journal.uncertain == 0
     journal.settle(held, count=True)  # too late: ignored
-    assert rec.counted == []
+    assert rec.events == []
     journal.start_leading(130)  # the next floor covers it: skipped now
-    assert rec.counted == [] and journal.uncertain == 0
+    assert rec.events == [] and journal.uncertain == 0
 
 
 def test_counted_before_reads_the_jobs_at_the_floor() -> None:
@@ -75,3 +78,18 @@ def test_counted_before_reads_the_jobs_at_the_floor() -> None:
     assert counted_before(finished(5, uid="done"), at_floor)
     assert not counted_before(finished(5, uid="running"), at_floor)
     assert not counted_before(finished(5, uid="absent"), at_floor)
+
+
+async def test_held_edges_are_all_counted_when_the_floor_cannot_be_read() -> None:
+    rec = RecordingSink()
+    # The settler needs the journal, so it is built next; the hook runs only once leading.
+    journal = CountJournal(rec, journal_size=100, on_uncertain=lambda: settler.schedule())  # noqa: PLW0108
+    settler = HeldEdgeSettler(journal, lambda: None, page_size=10)  # no client: the read fails
+    held = dataclasses.replace(created(130, uid="x"), since=90)
+    journal.on_countable(held)
+    journal.start_leading(100)
+    assert journal.uncertain == 1
+    for _ in range(10):  # the settling task runs on the loop
+        await asyncio.sleep(0)
+    assert rec.events == [held] and journal.uncertain == 0
+    await settler.stop()

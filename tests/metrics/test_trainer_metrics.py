@@ -1,4 +1,4 @@
-"""TrainerMetricState: the metric contract (product.md §3) and the cached text rendering."""
+"""TrainerMetricState: the metric contract (docs/design/product.md §3) and the cached text rendering."""
 
 from __future__ import annotations
 
@@ -10,17 +10,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
+from app.metrics.series import escape_label_value
 from app.metrics.trainer_metrics import (
     ACCELERATOR_BUCKETS,
     LIFETIME_BUCKETS,
     NODES_BUCKETS,
     TrainerMetricState,
-    escape_label_value,
 )
 from app.trainer.events import RuntimeInfo
 
 from .helpers import (
     REF,
+    admitted,
     created,
     families,
     feed,
@@ -29,6 +30,7 @@ from .helpers import (
     reference_text,
     sample_count,
     samples,
+    started,
     value,
 )
 
@@ -47,6 +49,8 @@ EXPECTED = {
     "kubeflow_trainer_trainjob_lifetime_seconds": ("histogram", {"result", "runtime_ref"}),
     "kubeflow_trainer_trainjob_requested_training_nodes_per_job": ("histogram", {"runtime_ref"}),
     "kubeflow_trainer_trainjob_requested_accelerators": ("histogram", {"accelerator_class", "runtime_ref"}),
+    "kubeflow_trainer_trainjob_startup_seconds": ("histogram", {"runtime_ref"}),
+    "kubeflow_trainer_trainjob_admission_wait_seconds": ("histogram", {"runtime_ref"}),
     "kubeflow_trainer_trainjobs": ("gauge", {"namespace", "runtime_ref", "state"}),
 }
 
@@ -55,6 +59,7 @@ def full_state() -> TrainerMetricState:
     state = TrainerMetricState(lambda: [RUNTIME])
     state.on_runtimes_changed()
     feed(state, [created(1, nodes=2, accel_class="nvidia.com/gpu", accel=16), finished(2, lifetime=90.0)])
+    feed(state, [admitted(3, seconds=45.0), started(4, seconds=61.5)])
     state.on_jobs_gauge(("team-a", REF, "running"), 3)
     return state
 
@@ -251,9 +256,9 @@ def test_large_values_use_go_float_formatting() -> None:
     state.render_text()
     # Reach the exponent range of Go's float formatting without a million events.
     state.created.values[("team-a", REF)] = 12_345_678
-    state.created._touch(("team-a", REF))
+    state.created.touch(("team-a", REF))
     state.requested_nodes.counts[(REF,)][2] = 2_000_000
-    state.requested_nodes._touch((REF,))
+    state.requested_nodes.touch((REF,))
     state.on_jobs_gauge(("team-a", REF, "running"), 1_000_000)
     text = state.render_text()
     assert text == reference_text(state)
@@ -360,4 +365,4 @@ def test_many_series_across_blocks_with_removals_keep_prometheus_client_order() 
         if step % 250 == 0:
             assert state.render_text() == reference_text(state)
     assert state.render_text() == reference_text(state)
-    assert state.series_count == sum(len(f) for f in state._families)
+    assert state.series_count == sum(len(f) for f in state.families)

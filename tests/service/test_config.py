@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from app.cli import main as cli_main
-from app.config import ENV_PREFIX, Settings, SettingsError, load_settings, unknown_env_vars
+from app.config import ENV_PREFIX, SIM_ENV_PREFIX, Settings, SettingsError, load_settings, unknown_env_vars
+from app.sim.settings import SimSettings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -21,8 +22,10 @@ def test_defaults_follow_client_go_lease_timings() -> None:
 
 
 def test_namespaces_from_comma_separated_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(f"{ENV_PREFIX}NAMESPACES", " team-a, team-b ,,")
+    monkeypatch.setenv(f"{ENV_PREFIX}NAMESPACES", " team-a, team-b ")
     assert load_settings().namespaces == ["team-a", "team-b"]
+    monkeypatch.setenv(f"{ENV_PREFIX}NAMESPACES", " ")
+    assert load_settings().namespaces == []  # only an empty value means all namespaces
 
 
 def test_identity_and_lease_namespace_from_downward_api(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,10 +74,37 @@ def test_cli_prints_one_line_and_exits_2_on_bad_setting(
     assert err[0].startswith("trainer-metrics: invalid setting port (TRAINER_METRICS_PORT)")
 
 
+@pytest.mark.parametrize(
+    ("argv", "env", "needle"),
+    [
+        (["--simulate", "--sim-rate", "-1"], {}, "invalid setting sim_rate (TRAINER_METRICS_SIM_RATE)"),
+        (["--simulate"], {"SIM_JOBS": "many"}, "invalid setting sim_jobs (TRAINER_METRICS_SIM_JOBS)"),
+    ],
+)
+def test_simulate_mode_settings_are_checked_apart_from_the_service(
+    argv: list[str],
+    env: dict[str, str],
+    needle: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(ENV_PREFIX + name, value)
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("trainer-metrics: " + needle)
+    # The service's own settings do not know them, and do not call them unknown either.
+    assert "sim_rate" not in Settings.model_fields
+    monkeypatch.setenv(SIM_ENV_PREFIX + "RATE", "2")
+    assert not [n for n in unknown_env_vars() if n.startswith(SIM_ENV_PREFIX)]
+
+
 def test_readme_configuration_table_lists_every_setting() -> None:
     text = README.read_text()
     documented = set(re.findall(r"`(TRAINER_METRICS_[A-Z_]+)`", text))
     expected = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    expected |= {SIM_ENV_PREFIX + name.upper() for name in SimSettings.model_fields}
     assert expected <= documented, f"missing from README: {sorted(expected - documented)}"
     assert documented - expected == set(), (
         f"README documents unknown settings: {sorted(documented - expected)}"

@@ -10,15 +10,22 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client, config
 
-from app.kube.resources import TRAINJOBS
 from app.sim.cluster import SimulatedCluster
 from app.sim.store import Store
+from app.trainer.kinds import TRAINJOBS
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[SimulatedCluster]:
-    async with SimulatedCluster(watch_timeout=(5, 6), bookmark_interval=60.0, too_large_wait=0.05) as cluster:
-        yield cluster
+def sim_options() -> dict[str, Any]:
+    """Short watches and a quick "too large" wait for the conformance suite (tests/conftest.py: sim).
+    Namespaces behave as on a real cluster: a write into a missing one is 404 (team1 exists)."""
+    return {
+        "watch_timeout": (5, 6),
+        "bookmark_interval": 60.0,
+        "too_large_wait": 0.05,
+        "auto_namespaces": False,
+        "namespaces": ("team1",),
+    }
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ import orjson
 import pytest
 from kubernetes_asyncio import client, config
 
-from app.kube.resources import LEASES, TRAINJOBS
+from app.kube.resources import LEASES
 from app.sim.cluster import SimulatedCluster
+from app.trainer.kinds import TRAINJOBS
 
 from .conftest import add_jobs
 
@@ -49,7 +50,9 @@ async def test_stalled_request_hangs_until_released(
     sim: SimulatedCluster, http: aiohttp.ClientSession
 ) -> None:
     sim.faults.stall_requests(resource="leases", method="PUT")
-    put = asyncio.create_task(http.put(f"{LEASES.collection_path('ns')}/l", json={"metadata": {"name": "l"}}))
+    put = asyncio.create_task(
+        http.put(f"{LEASES.collection_path('team1')}/l", json={"metadata": {"name": "l"}})
+    )
     await asyncio.sleep(0.2)
     assert not put.done() and sim.faults.counters["stalled_requests"] == 1
     sim.faults.release_requests()
@@ -59,7 +62,7 @@ async def test_stalled_request_hangs_until_released(
 
 
 async def test_stalled_watch_sends_nothing(sim: SimulatedCluster, http: aiohttp.ClientSession) -> None:
-    sim.server.bookmark_interval = 0.1
+    sim.server.watches.bookmark_interval = 0.1
     sim.faults.stall_watches(resource="trainjobs")
     params = {"watch": "1", "allowWatchBookmarks": "1", "timeoutSeconds": "1", "resourceVersion": "0"}
     async with http.get(TJ, params=params) as resp:
@@ -68,10 +71,8 @@ async def test_stalled_watch_sends_nothing(sim: SimulatedCluster, http: aiohttp.
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(resp.content.readline(), 1.3)
         sim.faults.release_watches()
-        end = orjson.loads(await asyncio.wait_for(resp.content.readline(), 1))
         added = orjson.loads(await asyncio.wait_for(resp.content.readline(), 1))
-    # RV=0 + bookmarks on a WatchList-defaulting server: initial-events-end (nothing existed), then events.
-    assert end["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    # RV=0 without sendInitialEvents: no initial-events-end bookmark (nothing existed), the events follow.
     assert added["type"] == "ADDED"
 
 
@@ -96,11 +97,14 @@ async def test_reset_mid_chunk(sim: SimulatedCluster, http: aiohttp.ClientSessio
 
 async def test_restart_drops_watches_and_history(sim: SimulatedCluster, http: aiohttp.ClientSession) -> None:
     add_jobs(sim.store, 2)
-    async with http.get(TJ, params={"watch": "1", "resourceVersion": "2", "timeoutSeconds": "30"}) as resp:
+    last, first = sim.store.resource_version, sim.store.resource_version - 1
+    params = {"watch": "1", "resourceVersion": str(last), "timeoutSeconds": "30"}
+    async with http.get(TJ, params=params) as resp:
         await asyncio.sleep(0.05)
         assert sim.faults.restart() == 1
         assert await asyncio.wait_for(resp.content.read(), 2) == b""  # ended, no ERROR
-    async with http.get(TJ, params={"watch": "1", "resourceVersion": "1", "timeoutSeconds": "1"}) as resp:
+    params = {"watch": "1", "resourceVersion": str(first), "timeoutSeconds": "1"}
+    async with http.get(TJ, params=params) as resp:
         event = orjson.loads(await resp.content.readline())
     assert event["type"] == "ERROR" and event["object"]["code"] == 410
     assert sim.store.count(TRAINJOBS) == 2

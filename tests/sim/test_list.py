@@ -1,4 +1,4 @@
-"""§1 LIST conformance: kubernetes-asyncio pagination plus wire-level checks."""
+"""docs/design/k8s-protocol.md §1 LIST conformance: kubernetes-asyncio pagination plus wire-level checks."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from app.kube.resources import LEASES, TRAINJOBS
+from app.kube.resources import LEASES
 from app.sim.cluster import SimulatedCluster
+from app.trainer.kinds import TRAINJOBS
 
 from .conftest import add_jobs, trainjob
 

@@ -1,27 +1,33 @@
-"""§0/§3 object rules, checked directly on the Store (the API the generator shares)."""
+"""docs/design/k8s-protocol.md §0/§3 object rules, checked directly on the Store (the API the generator
+shares)."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, LEASES, TRAINJOBS
+from app.kube.resources import LEASES
 from app.sim import crds
 from app.sim.cluster import load_cluster_training_runtimes
-from app.sim.store import Store, StoreError, now_micro
+from app.sim.leases import now_micro
+from app.sim.status import StoreError
+from app.sim.store import Store
+from app.sim.validation import WriteOptions
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 
 from .conftest import trainjob
 
 
 def test_one_global_revision_and_noop_writes_do_not_bump() -> None:
     store = Store()
-    a = store.create(TRAINJOBS, "team1", trainjob("a"))
+    assert store.resource_version == 4  # the system namespaces: default, kube-node-lease, kube-public, ...
+    a = store.create(TRAINJOBS, "team1", trainjob("a"))  # namespace team1 is created first (rv 5)
     lease = store.create(LEASES, "team1", {"metadata": {"name": "l"}, "spec": {"holderIdentity": "x"}})
-    assert (a["metadata"]["resourceVersion"], lease["metadata"]["resourceVersion"]) == ("1", "2")
+    assert (a["metadata"]["resourceVersion"], lease["metadata"]["resourceVersion"]) == ("6", "7")
     same = store.update(TRAINJOBS, "team1", a)
-    assert same["metadata"]["resourceVersion"] == "1" and store.resource_version == 2
+    assert same["metadata"]["resourceVersion"] == "6" and store.resource_version == 7
     items, list_rv = store.list(TRAINJOBS, None)
-    assert list_rv == 2 and [i["metadata"]["name"] for i in items] == ["a"]
+    assert list_rv == 7 and [i["metadata"]["name"] for i in items] == ["a"]
 
 
 def test_server_fields_defaults_and_status_dropped_on_create() -> None:
@@ -109,18 +115,25 @@ def test_history_window_expires_old_revisions() -> None:
 
 def test_lease_rules() -> None:
     store = Store()
+    opts = WriteOptions(require_namespace=False)
     ok = {"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 15, "renewTime": now_micro()}}
-    assert "generation" not in store.create(LEASES, "ns", ok)["metadata"]
+    assert "generation" not in store.create(LEASES, "ns", ok, opts=opts)["metadata"]
     for bad_time in ("2025-03-01T10:05:02Z", "2025-03-01T10:05:02.123Z"):
         with pytest.raises(StoreError) as exc:
-            store.create(LEASES, "ns", {"metadata": {"name": "b"}, "spec": {"renewTime": bad_time}})
+            store.create(
+                LEASES, "ns", {"metadata": {"name": "b"}, "spec": {"renewTime": bad_time}}, opts=opts
+            )
         assert exc.value.code == 400
     with pytest.raises(StoreError) as exc:
-        store.create(LEASES, "ns", {"metadata": {"name": "b"}, "spec": {"leaseDurationSeconds": 0}})
+        store.create(
+            LEASES, "ns", {"metadata": {"name": "b"}, "spec": {"leaseDurationSeconds": 0}}, opts=opts
+        )
     assert exc.value.code == 422 and exc.value.status["details"]["kind"] == "Lease"
     with pytest.raises(StoreError) as exc:
-        store.create(LEASES, "ns", {"metadata": {"name": "b"}, "spec": {"leaseTransitions": -1}})
+        store.create(LEASES, "ns", {"metadata": {"name": "b"}, "spec": {"leaseTransitions": -1}}, opts=opts)
     assert exc.value.code == 422
+    # Python callers without options write what they are given (objects a real cluster may hold).
+    assert store.create(LEASES, "ns", {"metadata": {"name": "raw"}, "spec": {"leaseTransitions": -1}})
 
 
 def test_real_runtimes_load_and_objects_have_realistic_size() -> None:

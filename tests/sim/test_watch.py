@@ -1,4 +1,4 @@
-"""§2 WATCH conformance: kubernetes-asyncio resume plus raw-stream checks."""
+"""docs/design/k8s-protocol.md §2 WATCH conformance: kubernetes-asyncio resume plus raw-stream checks."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, watch
 
-from app.kube.resources import TRAINJOBS
 from app.sim.cluster import SimulatedCluster
-from app.sim.server import parse_bool
+from app.sim.list_options import parse_bool
+from app.trainer.kinds import TRAINJOBS
 
 from .conftest import add_jobs, trainjob
 
@@ -176,7 +176,7 @@ async def test_field_selector_single_object(sim: SimulatedCluster, http: aiohttp
 async def test_bookmarks_periodic_and_before_deadline(
     sim: SimulatedCluster, http: aiohttp.ClientSession
 ) -> None:
-    sim.server.bookmark_interval = 0.3
+    sim.server.watches.bookmark_interval = 0.3
     add_jobs(sim.store, 1)
     rv = sim.store.resource_version
     params = {"watch": "1", "resourceVersion": str(rv), "allowWatchBookmarks": "true", "timeoutSeconds": "3"}
@@ -213,7 +213,7 @@ async def test_send_initial_events_end_bookmark(sim: SimulatedCluster, http: aio
 
 
 async def test_slow_watcher_is_closed_others_keep_going(sim: SimulatedCluster) -> None:
-    sim.server.watch_queue_size = 5
+    sim.server.watches.queue_size = 5
     rv = sim.store.resource_version
     url = sim.url + TJ
     params = {"watch": "1", "resourceVersion": str(rv), "timeoutSeconds": "5"}
@@ -233,7 +233,7 @@ async def test_slow_watcher_is_closed_others_keep_going(sim: SimulatedCluster) -
         slow.close()
         fast.close()
     assert sim.server.counters["watch_overflows"] == 0  # 3 pending < 5: nobody overflowed yet
-    sim.server.watch_queue_size = 2
+    sim.server.watches.queue_size = 2
     async with aiohttp.ClientSession() as s3:
         w = await s3.get(url, params={**params, "resourceVersion": str(sim.store.resource_version)})
         await asyncio.sleep(0.05)

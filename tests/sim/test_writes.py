@@ -1,4 +1,5 @@
-"""§3/§4 writes: POST/PUT/PATCH/DELETE, status subresource, Leases, exact Status bodies."""
+"""docs/design/k8s-protocol.md §3/§4 writes: POST/PUT/PATCH/DELETE, status subresource, Leases, exact
+Status bodies."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from app.kube.resources import LEASES, TRAINJOBS
+from app.kube.resources import LEASES
 from app.sim.cluster import SimulatedCluster
-from app.sim.store import now_micro
+from app.sim.leases import now_micro
+from app.trainer.kinds import TRAINJOBS
 
 from .conftest import trainjob
 
 G, V = "trainer.kubeflow.org", "v1alpha1"
 NS_TJ = TRAINJOBS.collection_path("team1")
+NOW = "2025-03-01T10:15:30Z"
 
 
 async def test_create_201_and_already_exists_409(http: aiohttp.ClientSession) -> None:
@@ -46,7 +49,8 @@ async def test_update_with_conflicts_kubernetes_asyncio(sim: SimulatedCluster, a
         assert exc.status == 409 and "the object has been modified" in exc.body
     else:
         raise AssertionError("expected 409")
-    status = dict(updated, status={"conditions": [{"type": "Complete", "status": "True"}]})
+    cond = {"type": "Complete", "status": "True", "reason": "Done", "message": "", "lastTransitionTime": NOW}
+    status = dict(updated, status={"conditions": [cond]})
     after = await crd.replace_namespaced_custom_object_status(G, V, "team1", "trainjobs", "a", status)
     assert after["status"]["conditions"][0]["type"] == "Complete" and after["metadata"]["generation"] == 2
     patched = await crd.patch_namespaced_custom_object(
@@ -98,11 +102,17 @@ async def test_patch_content_types(http: aiohttp.ClientSession) -> None:
     async with http.patch(f"{NS_TJ}/a", data=obj_patch, headers=smp) as resp:
         assert resp.status == 415 and (await resp.json())["reason"] == "UnsupportedMediaType"
     apply = {"Content-Type": "application/apply-patch+yaml"}
-    async with http.patch(f"{NS_TJ}/a", data=b"metadata: {labels: {x: w}}", headers=apply) as resp:
+    config = b"apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata: {labels: {x: w}}"
+    async with http.patch(f"{NS_TJ}/a", data=config, headers=apply) as resp:
         assert resp.status == 422  # fieldManager required
     async with http.patch(
         f"{NS_TJ}/a?fieldManager=me", data=b"metadata: {labels: {x: w}}", headers=apply
     ) as r:
+        assert r.status == 400  # an apply configuration names its kind
+    async with http.patch(f"{NS_TJ}/a?fieldManager=me", data=config, headers=apply) as r:
+        assert r.status == 409  # x was set by the JSON patch above: owned by another manager
+        assert (await r.json())["details"]["causes"][0]["field"] == ".metadata.labels.x"
+    async with http.patch(f"{NS_TJ}/a?fieldManager=me&force=true", data=config, headers=apply) as r:
         assert r.status == 200 and (await r.json())["metadata"]["labels"]["x"] == "w"
 
 
@@ -119,14 +129,15 @@ async def test_status_subresource_semantics(sim: SimulatedCluster, http: aiohttp
         assert resp.status == 404
 
 
-async def test_delete_returns_object_and_202_with_finalizers(
+async def test_delete_returns_object_and_200_with_finalizers(
     sim: SimulatedCluster, http: aiohttp.ClientSession
 ) -> None:
     obj = trainjob("a")
     obj["metadata"]["finalizers"] = ["x/y"]
     await (await http.post(NS_TJ, json=obj)).read()
     async with http.delete(f"{NS_TJ}/a") as resp:
-        assert resp.status == 202 and (await resp.json())["metadata"]["deletionTimestamp"]
+        # Not gone yet (a finalizer holds it): 200 with the object, as handlers/delete.go answers.
+        assert resp.status == 200 and (await resp.json())["metadata"]["deletionTimestamp"]
     sim.store.patch(TRAINJOBS, "team1", "a", {"metadata": {"finalizers": None}})
     async with http.get(f"{NS_TJ}/a") as resp:
         assert resp.status == 404

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from app.kube.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from app.sim import shapes
 from app.sim.generator import WorkloadGenerator
-from app.sim.store import Store, WatchEvent
+from app.sim.store import Store
+from app.sim.table import WatchEvent
 from app.sim.truth import FAILURE_REASONS, classify, recount_jobs
+from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 
 RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 TERMINAL = {"succeeded", "failed"}
@@ -111,7 +112,9 @@ def test_lifecycles_truth_equals_recount_and_all_finish(store: Store) -> None:
     assert {state for _, _, state in after.jobs} <= TERMINAL
     results = Counter(f.result for f in after.terminal.values())
     assert results["succeeded"] > 0 and results["failed"] > 0
-    assert {f.reason for f in after.terminal.values()} <= FAILURE_REASONS | {"none", "other"}
+    # upstream's reasons, and the generator's well-formed new ones by name (truth.reason_label)
+    new_reasons = {"PodFailurePolicyRuleMatched", "InPlaceRestartBudgetExhausted"}
+    assert {f.reason for f in after.terminal.values()} <= FAILURE_REASONS | new_reasons | {"none", "other"}
 
 
 def test_lifecycles_with_deletion_leave_nothing(store: Store) -> None:
@@ -178,7 +181,9 @@ def test_populate_shapes_cover_the_interesting_cases(store: Store) -> None:
     states = Counter(state for (_, _, state), n in snap.jobs.items() for _ in range(n))
     assert set(states) == {"suspended", "pending", "running", "succeeded", "failed"}
     requests = list(snap.requests.values())
-    assert {r.accelerator_class for r in requests} == {"none", "nvidia.com/gpu", "amd.com/gpu"}
+    classes = {cls for r in requests for cls, _ in r.accelerators}
+    assert {"none", "nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb", "google.com/tpu"} <= classes
+    assert any(len(r.accelerators) > 1 for r in requests)  # several classes on one job
     assert {0, 1, 16} <= {r.nodes for r in requests}
     assert {r.runtime_ref.split("/")[1] for r in requests} == {"ClusterTrainingRuntime", "TrainingRuntime"}
     specs = [o["spec"] for o in stored_jobs(store)]
@@ -199,7 +204,8 @@ def test_runtime_ref_defaults_are_applied_by_the_store(store: Store) -> None:
 
 
 def test_malformed_mode_stays_consistent(store: Store) -> None:
-    gen = WorkloadGenerator(store, seed=12, malformed_ratio=1.0)
+    # seed: one whose 200 KB-annotation job is still alive at the end (deletion is random)
+    gen = WorkloadGenerator(store, seed=21, malformed_ratio=1.0)
     for _ in range(1500):
         gen.step()
     gen.lifecycles(100, delete=False)
@@ -209,7 +215,8 @@ def test_malformed_mode_stays_consistent(store: Store) -> None:
     assert any("/missing-runtime-" in ref for _, ref in snap.created)
     assert any(r.malformed for r in snap.requests.values())
     annotations = [len(str(o["metadata"].get("annotations") or "")) for o in stored_jobs(store)]
-    assert max(annotations) >= 1_000_000
+    # The 1 MB annotation is refused (422: annotations total at most 256 KiB) and retried at 200 KB.
+    assert 200_000 <= max(annotations) < 256 * 1024
     condition_types = {
         c["type"] for o in stored_jobs(store) for c in (o.get("status") or {}).get("conditions") or []
     }

@@ -1,4 +1,11 @@
-"""The ground truth's own reading of the Trainer rules (product.md §3, trainer-domain.md §1-§3)."""
+"""The ground truth's own reading of the Trainer rules (docs/design/product.md §3,
+docs/design/trainer-domain.md §1-§3), on the real runtimes, and the shapes the generator writes.
+
+Upstream sources, for the rules these tests pin down: kubeflow/trainer v2.3.0
+pkg/runtime/core/trainingruntime.go newRuntimeInfo (node count, resourcesPerNode merge),
+pkg/util/trainingruntime/trainingruntime.go MergeResourceRequirements, kubernetes pkg/apis/core/v1/defaults.go
+SetDefaults_Pod (requests default to limits), kubernetes-sigs/jobset v0.12.0
+pkg/controllers/jobset_controller.go calculateReplicatedJobStatuses (active vs ready)."""
 
 from __future__ import annotations
 
@@ -8,12 +15,18 @@ from typing import Any
 import pytest
 
 from app.sim import shapes
+from app.sim.generator import OUTCOMES, WorkloadGenerator
+from app.sim.store import Store
 from app.sim.truth import (
+    FAILURE_REASONS,
+    MAX_ACCELERATOR_CLASSES,
+    MAX_REASON_NAMES,
     RuntimeFacts,
     Truth,
     classify,
     parse_quantity,
     quantity_value,
+    reason_label,
     requested_accelerators,
     requested_nodes,
     runtime_facts,
@@ -96,28 +109,107 @@ def test_runtime_ref_defaults_and_namespacing() -> None:
 
 
 def test_requested_nodes_fallbacks() -> None:
-    two = RuntimeFacts(num_nodes=2, accelerator_class="none", accelerators_per_node=0)
+    two = RuntimeFacts(default_nodes=2)
     assert requested_nodes(job(trainer={"numNodes": 3}), two) == 3
     assert requested_nodes(job(trainer={"numNodes": 0}), two) == 0  # 0 stays 0
     assert requested_nodes(job(), two) == 2
-    assert requested_nodes(job(), RuntimeFacts(None, "none", 0)) == 1
     assert requested_nodes(job(), None) == 1  # runtime not found
 
 
+GPU2 = (("nvidia.com/gpu", 2),)
+
+
 def test_runtime_facts_of_the_real_runtimes() -> None:
-    assert runtime_facts(cluster_runtime("torch-distributed")) == RuntimeFacts(1, "none", 0)
-    assert runtime_facts(cluster_runtime("deepspeed-distributed")) == RuntimeFacts(1, "none", 0)
-    assert runtime_facts(cluster_runtime("torchtune-llama3.2-1b")) == RuntimeFacts(1, "nvidia.com/gpu", 2)
+    assert runtime_facts(cluster_runtime("torch-distributed")) == RuntimeFacts(1)
+    # MPI, runLauncherAsNode: resources from the `node` worker job, merged into as into the launcher
+    assert runtime_facts(cluster_runtime("deepspeed-distributed")) == RuntimeFacts(1)
+    assert runtime_facts(cluster_runtime("torchtune-llama3.2-1b")) == RuntimeFacts(1, (), GPU2)
+    assert runtime_facts(cluster_runtime("torchtune-llama3.2-1b")).accelerators() == list(GPU2)
 
 
-def test_accelerators_job_first_then_runtime_trainer() -> None:
+def test_runtime_without_ml_policy_runs_its_parallelism_and_ignores_resources_per_node() -> None:
+    tpu, cpu = shapes.plain_runtimes()
+    assert runtime_facts(tpu) == RuntimeFacts(4, (), (("google.com/tpu", 4),), merges_job_resources=False)
+    assert runtime_facts(cpu) == RuntimeFacts(1, (("cpu", 2),), (), merges_job_resources=False)
+    facts = runtime_facts(tpu)
+    gpus = {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}}
+    assert requested_nodes(job(trainer=gpus), facts) == 4
+    assert requested_accelerators(job(trainer=gpus), facts, 4) == (("google.com/tpu", 16),)
+
+
+def test_accelerators_merge_job_resources_into_the_runtime_container() -> None:
     torchtune = runtime_facts(cluster_runtime("torchtune-qwen2.5-1.5b"))
-    assert requested_accelerators(job(), torchtune, 4) == ("nvidia.com/gpu", 8)
+    assert requested_accelerators(job(), torchtune, 4) == (("nvidia.com/gpu", 8),)
+    # finding 1: a CPU-only override keeps the runtime's GPUs
+    cpu = {"resourcesPerNode": {"requests": {"cpu": "4"}}}
+    assert requested_accelerators(job(trainer=cpu), torchtune, 2) == (("nvidia.com/gpu", 4),)
+    zero = {"resourcesPerNode": {"requests": {"nvidia.com/gpu": 0}, "limits": {"nvidia.com/gpu": 0}}}
+    assert requested_accelerators(job(trainer=zero), torchtune, 2) == (("none", 0),)
     amd = {"resourcesPerNode": {"requests": {"cpu": "8", "amd.com/gpu": "4"}, "limits": {"amd.com/gpu": "4"}}}
-    assert requested_accelerators(job(trainer=amd), torchtune, 2) == ("amd.com/gpu", 8)
+    assert requested_accelerators(job(trainer=amd), torchtune, 2) == (
+        ("amd.com/gpu", 8),
+        ("nvidia.com/gpu", 4),
+    )
     limits_only = {"resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}}
-    assert requested_accelerators(job(trainer=limits_only), None, 3) == ("nvidia.com/gpu", 3)
-    assert requested_accelerators(job(), None, 3) == ("none", 0)
+    assert requested_accelerators(job(trainer=limits_only), torchtune, 3) == (("nvidia.com/gpu", 3),)
+    assert requested_accelerators(job(trainer=limits_only), None, 3) == (("nvidia.com/gpu", 3),)
+    assert requested_accelerators(job(), None, 3) == (("none", 0),)
+
+
+@pytest.mark.parametrize(
+    ("index", "expected"),
+    [
+        (0, (("nvidia.com/mig-1g.10gb", 4),)),
+        (1, (("nvidia.com/mig-3g.40gb", 2),)),
+        (2, (("google.com/tpu", 8),)),
+        (3, (("habana.ai/gaudi", 16),)),
+        (4, (("aws.amazon.com/neuron", 2), ("aws.amazon.com/neuroncore", 4))),
+        (5, (("nvidia.com/gpu", 2), ("nvidia.com/mig-2g.20gb", 4))),
+        (6, (("gpu.intel.com/i915", 2),)),
+        (7, (("none", 0),)),  # example.com/gpu-memory is not an accelerator
+    ],
+)
+def test_other_accelerator_shapes(index: int, expected: tuple[tuple[str, int], ...]) -> None:
+    torch = runtime_facts(cluster_runtime("torch-distributed"))
+    resources = shapes.OTHER_ACCELERATORS[index]
+    assert requested_accelerators(job(trainer={"resourcesPerNode": resources}), torch, 2) == expected
+
+
+def test_every_other_accelerator_shape_is_checked() -> None:
+    assert len(shapes.OTHER_ACCELERATORS) == 8
+
+
+def test_reason_labels() -> None:
+    for reason in (
+        "FailedJobs",
+        "DeadlineExceeded",
+        "PodFailurePolicyRuleMatched",
+        "InPlaceRestartBudgetExhausted",
+    ):
+        assert reason_label(reason) == reason
+    for odd in ("evicted_by_descheduler", "Preempted:HigherPriority", "X" * 65, "", None, "none", "other"):
+        assert reason_label(odd) == "other"
+
+
+def test_generator_stays_below_the_service_caps() -> None:
+    """The truth does not model the caps on distinct reasons and accelerator classes: the generator must
+    not reach them (well-formed new reasons and accelerator classes are few)."""
+    written = {o for o, _ in OUTCOMES if o not in ("Complete", "CompleteAndFailed")} | set(
+        shapes.FAILURE_MESSAGES
+    )
+    named = {reason_label(r) for r in written} - FAILURE_REASONS - {"other"}
+    assert named == {"PodFailurePolicyRuleMatched", "InPlaceRestartBudgetExhausted"}
+    assert len(named) < MAX_REASON_NAMES
+    gen = WorkloadGenerator(Store(), seed=3)
+    gen.populate(2000)
+    classes = {cls for r in gen.snapshot().requests.values() for cls, _ in r.accelerators}
+    assert len(classes) < MAX_ACCELERATOR_CLASSES
+    assert {
+        "nvidia.com/mig-1g.10gb",
+        "google.com/tpu",
+        "habana.ai/gaudi",
+        "aws.amazon.com/neuroncore",
+    } <= classes
 
 
 def test_classify_states_and_terminal_precedence() -> None:
@@ -127,14 +219,21 @@ def test_classify_states_and_terminal_precedence() -> None:
     )
     resumed = {
         "conditions": [cond("Suspended", "False", "Resumed")],
-        "jobsStatus": [{"name": "node", "active": 1}],
+        "jobsStatus": [{"name": "node", "active": 1, "ready": 1}],
     }
     assert classify(job(suspend=False, status=resumed))[0] == "running"
+    # finding 4: active but not ready (pods waiting for capacity) is pending
+    waiting = {"jobsStatus": [{"name": "node", "active": 1, "ready": 0}]}
+    assert classify(job(status=waiting))[0] == "pending"
     both = {"conditions": [cond("Complete", reason="AllJobsCompleted"), cond("Failed", reason="FailedJobs")]}
     state, terminal = classify(job(status=both))
     assert state == "failed"
     assert terminal is not None and terminal[:2] == ("failed", "FailedJobs")
     assert classify(job(status={"conditions": [cond("Failed", reason="Mystery")]}))[1][:2] == (  # type: ignore[index]
+        "failed",
+        "Mystery",
+    )
+    assert classify(job(status={"conditions": [cond("Failed", reason="mystery_x")]}))[1][:2] == (  # type: ignore[index]
         "failed",
         "other",
     )

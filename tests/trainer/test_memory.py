@@ -12,8 +12,10 @@ import uuid
 
 import msgspec
 
-from app.trainer.projections import TRAINJOB_PROJECTOR, TrainJobProjection, TrainJobWire
+from app.trainer.projections import TrainJobProjection
+from app.trainer.projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState
+from app.trainer.wire import TrainJobWire
 
 N = 20_000
 BOUND = 640  # generous: the target is 512 B; this catches a regression, not allocator noise

@@ -10,12 +10,17 @@ import pytest
 
 from app.trainer import rules
 from app.trainer.projections import (
+    READY,
+    SUSPEND,
+    SUSPENDED_CONDITION,
+    RuntimeProjection,
+    TrainJobProjection,
+)
+from app.trainer.projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
-    RuntimeProjection,
     RuntimeProjector,
-    TrainJobProjection,
 )
 from tests.trainer.manifests import by_kind, stored, typed
 
@@ -42,82 +47,99 @@ def project_runtime(obj: Any, projector: RuntimeProjector) -> RuntimeProjection:
     return fast
 
 
-# (ref, numNodes, accelerator_class, per node, state) per example TrainJob
-JOB_EXPECTED: dict[str, tuple[str, int | None, str | None, int, str]] = {
+GI = 2**30
+# The example jobs' CPU/memory resourcesPerNode (examples 02, 03, 05): requests 2 CPU 4Gi, limits 4 CPU 8Gi.
+CPU_2_4: rules.NodeResources = ((("cpu", 2), ("memory", 4 * GI)), (("cpu", 4), ("memory", 8 * GI)))
+
+# (ref, numNodes, resourcesPerNode as kept, state) per example TrainJob
+JOB_EXPECTED: dict[str, tuple[str, int | None, rules.NodeResources | None, str]] = {
+    # apiGroup/kind omitted: CRD defaults
     "examples/flux/flux-interactive.yaml:lammps-flux-interactive": (
         f"{CTR}/flux-distributed",
         4,
         None,
-        0,
         "pending",
-    ),  # apiGroup/kind omitted: CRD defaults
+    ),
     "examples/flux/lammps-train-gpus.yaml:lammps-flux": (
         f"{CTR}/flux-distributed",
         2,
-        "nvidia.com/gpu",
-        1,
+        ((("nvidia.com/gpu", 1),), (("nvidia.com/gpu", 1),)),
         "pending",
     ),
-    "examples/flux/lammps-train-job.yaml:lammps-flux": (f"{CTR}/flux-distributed", 2, None, 0, "pending"),
-    "examples/yaml/01-multi-node.yaml:multi-node-example": (
-        f"{CTR}/torch-distributed",
-        3,
-        None,
-        0,
-        "pending",
-    ),
+    "examples/flux/lammps-train-job.yaml:lammps-flux": (f"{CTR}/flux-distributed", 2, None, "pending"),
+    "examples/yaml/01-multi-node.yaml:multi-node-example": (f"{CTR}/torch-distributed", 3, None, "pending"),
     "examples/yaml/02-runtime-patches.yaml:runtime-patches-example": (
         f"{CTR}/torch-distributed",
         2,
-        "none",
-        0,
+        CPU_2_4,
         "pending",
-    ),  # resourcesPerNode without GPU
+    ),
+    # spec.suspend: true
     "examples/yaml/03-kueue-integration.yaml:kueue-example": (
         f"{CTR}/torch-distributed",
         3,
-        "none",
-        0,
+        CPU_2_4,
         "suspended",
-    ),  # spec.suspend: true
+    ),
     "examples/yaml/04-volcano-integration.yaml:volcano-example": (
         f"{CTR}/torch-distributed-volcano",
         4,
-        "none",
-        0,
+        ((("cpu", 1), ("memory", 2 * GI)), (("cpu", 2), ("memory", 4 * GI))),
         "pending",
     ),
     "examples/yaml/05-multi-step.yaml:multi-step-example": (
         f"{G}/TrainingRuntime/default/torch-with-dataset-init",
         2,
-        "none",
-        0,
+        CPU_2_4,
         "pending",
     ),
 }
 
-# (ml_policy, pod_group_policy, framework, numNodes, runLauncherAsNode, accelerator_class, per node)
-RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, str, int]] = {
-    "flux-distributed": ("flux", "none", "flux", 1, False, "none", 0),
-    "torch-distributed-volcano": ("torch", "volcano", "torch", 1, False, "none", 0),
-    "torch-distributed-with-cache": ("torch", "none", "torch", 1, False, "none", 0),
-    "deepspeed-distributed": ("mpi", "none", "deepspeed", 1, True, "none", 0),
-    "jax-distributed": ("jax", "none", "jax", 1, False, "none", 0),
-    "mlx-distributed": ("mpi", "none", "mlx", 1, True, "none", 0),
-    "torch-distributed": ("torch", "none", "torch", 1, False, "none", 0),
+NO_RES = rules.NO_RESOURCES
+# (ml_policy, pod_group_policy, framework, mlPolicy.numNodes, runLauncherAsNode, default nodes,
+#  node container resources, merges resourcesPerNode)
+RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, int, rules.NodeResources, bool]] = {
+    "flux-distributed": ("flux", "none", "flux", 1, False, 1, NO_RES, True),
+    "torch-distributed-volcano": ("torch", "volcano", "torch", 1, False, 1, NO_RES, True),
+    "torch-distributed-with-cache": ("torch", "none", "torch", 1, False, 1, NO_RES, True),
+    # MPI: the `node` worker job (no ancestor label) gets resourcesPerNode through runLauncherAsNode
+    "deepspeed-distributed": ("mpi", "none", "deepspeed", 1, True, 1, NO_RES, True),
+    "jax-distributed": ("jax", "none", "jax", 1, False, 1, NO_RES, True),
+    "mlx-distributed": ("mpi", "none", "mlx", 1, True, 1, NO_RES, True),
+    "torch-distributed": ("torch", "none", "torch", 1, False, 1, NO_RES, True),
+    # limits only, a YAML int
     "torchtune-llama3.2-1b": (
         "torch",
         "none",
         "torchtune",
         1,
         False,
-        "nvidia.com/gpu",
-        2,
-    ),  # limits, YAML int
-    "torchtune-llama3.2-3b": ("torch", "none", "torchtune", 1, False, "nvidia.com/gpu", 2),
-    "torchtune-qwen2.5-1.5b": ("torch", "none", "torchtune", 1, False, "nvidia.com/gpu", 2),
-    "xgboost-distributed": ("xgboost", "none", "xgboost", 1, False, "none", 0),
-    "torch-with-dataset-init": ("torch", "none", "torch", 1, False, "none", 0),
+        1,
+        ((), (("nvidia.com/gpu", 2),)),
+        True,
+    ),
+    "torchtune-llama3.2-3b": (
+        "torch",
+        "none",
+        "torchtune",
+        1,
+        False,
+        1,
+        ((), (("nvidia.com/gpu", 2),)),
+        True,
+    ),
+    "torchtune-qwen2.5-1.5b": (
+        "torch",
+        "none",
+        "torchtune",
+        1,
+        False,
+        1,
+        ((), (("nvidia.com/gpu", 2),)),
+        True,
+    ),
+    "xgboost-distributed": ("xgboost", "none", "xgboost", 1, False, 1, NO_RES, True),
+    "torch-with-dataset-init": ("torch", "none", "torch", 1, False, 1, NO_RES, True),
 }
 
 
@@ -129,7 +151,7 @@ def test_every_manifest_is_covered() -> None:
 @pytest.mark.parametrize(("name", "obj"), JOBS, ids=[n for n, _ in JOBS])
 def test_example_trainjobs(name: str, obj: dict[str, Any]) -> None:
     job = project_job(obj)
-    ref, nodes, cls, per_node, state = JOB_EXPECTED[name]
+    ref, nodes, resources, state = JOB_EXPECTED[name]
     assert job.key == f"default/{obj['metadata']['name']}"
     assert job.name == obj["metadata"]["name"]
     assert job.namespace == "default"
@@ -137,7 +159,7 @@ def test_example_trainjobs(name: str, obj: dict[str, Any]) -> None:
     assert job.resource_version == "100"
     assert job.created == 1748772000.0
     assert job.runtime_ref == ref
-    assert (job.num_nodes, job.accelerator_class, job.accelerators_per_node) == (nodes, cls, per_node)
+    assert (job.num_nodes, job.resources) == (nodes, resources)
     assert job.state == state
     assert not job.terminal and not job.malformed
 
@@ -153,8 +175,9 @@ def test_example_runtimes(name: str, obj: dict[str, Any], projector: RuntimeProj
         rt.framework,
         rt.num_nodes,
         rt.run_launcher_as_node,
-        rt.accelerator_class,
-        rt.accelerators_per_node,
+        rt.default_nodes,
+        rt.node_resources,
+        rt.merges_job_resources,
     )
     assert got == expected
     assert rt.name == rname and rt.kind == projector.kind and not rt.malformed
@@ -189,10 +212,24 @@ def _cond(ctype: str, status: str, reason: str, t: str = "2025-06-01T10:10:00Z")
     [
         ([], [{"name": "node", "active": 3, "ready": 3}], "running", "", ""),
         ([], [{"name": "node", "active": 0, "succeeded": 1}], "pending", "", ""),
+        # pods pending (waiting for GPUs, pulling images): active counts them, ready does not
+        ([], [{"name": "node", "active": 1, "ready": 0}], "pending", "", ""),
+        (
+            [],
+            [
+                {"name": "dataset-initializer", "active": 1, "ready": 1},
+                {"name": "node", "active": 0, "ready": 0},
+            ],
+            "running",
+            "",
+            "",
+        ),  # an initializer's pods run
+        # a reason longer than 64 characters is cut and marked, so it never passes for a CamelCase reason
+        ([_cond("Failed", "True", "X" * 100)], [], "failed", "failed", "X" * 63 + "…"),
         ([_cond("Suspended", "True", "Suspended")], [], "suspended", "", ""),
         (
             [_cond("Suspended", "False", "Resumed")],
-            [{"name": "node", "active": 1}],
+            [{"name": "node", "active": 1, "ready": 1}],
             "running",
             "",
             "",
@@ -255,10 +292,15 @@ def _mutated(path: list[str], value: Any) -> Any:
         (["spec", "trainer", "numNodes"], [], lambda j: j.num_nodes is None),
         (
             ["spec", "trainer", "resourcesPerNode"],
-            {"requests": {"nvidia.com/gpu": None}},
-            lambda j: (j.accelerator_class, j.accelerators_per_node) == ("none", 0),
+            {"requests": {"nvidia.com/gpu": None, "cpu": "2"}},
+            lambda j: j.resources == ((("cpu", 2),), ()),
         ),
-        (["spec", "trainer", "resourcesPerNode"], "4 GPUs", lambda j: j.accelerator_class == "none"),
+        (["spec", "trainer", "resourcesPerNode"], "4 GPUs", lambda j: j.resources == rules.NO_RESOURCES),
+        (
+            ["spec", "trainer", "resourcesPerNode"],
+            {"limits": {"nvidia.com/gpu": "2", "Bad Name": "1", "google.com/tpu": "four"}},
+            lambda j: j.resources == ((), (("nvidia.com/gpu", 2),)),
+        ),
         (["spec", "runtimeRef"], "torch", lambda j: j.runtime_ref == "unknown"),
         (["spec", "runtimeRef", "kind"], 7, lambda j: j.runtime_ref == f"{CTR}/torch-distributed"),
         (["spec", "suspend"], "yes", lambda j: not j.suspend),
@@ -275,7 +317,7 @@ def _mutated(path: list[str], value: Any) -> Any:
             [{"type": "Complete", "status": "True", "lastTransitionTime": "soon"}],
             lambda j: j.result == "succeeded" and j.terminal_time is None,
         ),
-        (["status", "jobsStatus"], [{"name": "node", "active": "3"}, {"active": 2}], lambda j: j.active),
+        (["status", "jobsStatus"], [{"name": "node", "ready": "3"}, {"ready": 2}], lambda j: j.ready),
         (["metadata", "creationTimestamp"], 12, lambda j: j.created is None),
         (
             ["metadata", "namespace"],
@@ -333,8 +375,31 @@ def test_runtime_without_ml_policy() -> None:
     obj = copy.deepcopy(_runtime("torch-distributed"))
     del obj["spec"]["mlPolicy"]
     rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
-    assert (rt.ml_policy, rt.num_nodes) == ("none", None)
-    assert rules.requested_nodes(None, rt.num_nodes) == 1
+    assert (rt.ml_policy, rt.num_nodes, rt.default_nodes) == ("none", None, 1)
+    # no mlPolicy: the controller does not merge resourcesPerNode (newRuntimeInfo's isTrainerAncestor)
+    assert not rt.merges_job_resources
+
+
+def test_runtime_without_ml_policy_runs_the_template_parallelism() -> None:
+    """Finding 3: kubeflow/trainer v2.3.0 pkg/runtime/core/trainingruntime.go newRuntimeInfo starts every
+    PodSet at ``ptr.Deref(template.spec.parallelism, 1)`` and replaces it with mlPolicy.numNodes only for
+    the ancestor-``trainer`` job of a runtime that has an mlPolicy."""
+    obj = copy.deepcopy(_runtime("torch-distributed"))
+    del obj["spec"]["mlPolicy"]
+    obj["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 3
+    rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
+    assert (rt.num_nodes, rt.default_nodes) == (None, 3)
+    assert rules.requested_nodes(None, rt.default_nodes) == 3
+    assert rules.requested_nodes(5, rt.default_nodes) == 5  # plainml.go EnforceMLPolicy: numNodes wins
+    # with an mlPolicy, the policy's numNodes (default 1) replaces the parallelism of the trainer job
+    obj["spec"]["mlPolicy"] = {"torch": {}}
+    assert project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR).default_nodes == 1
+    obj["spec"]["mlPolicy"] = {"numNodes": 4, "torch": {}}
+    assert project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR).default_nodes == 4
+    # ... but only for the job labelled ancestor trainer: without the label, parallelism again
+    del obj["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"]
+    rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
+    assert (rt.default_nodes, rt.merges_job_resources) == (3, False)
 
 
 def test_runtime_framework_missing() -> None:
@@ -356,7 +421,8 @@ def test_runtime_gpu_from_requests_of_ancestor_trainer_job() -> None:
         },
     ]
     rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
-    assert (rt.accelerator_class, rt.accelerators_per_node) == ("nvidia.com/gpu", 4)
+    assert rt.node_resources == ((("nvidia.com/gpu", 4),), (("nvidia.com/gpu", 4),))
+    assert rt.merges_job_resources
 
 
 def test_runtime_tolerant_path() -> None:
@@ -367,11 +433,11 @@ def test_runtime_tolerant_path() -> None:
         typed(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR.wire_type)
     rt = CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(obj)
     assert rt is not None and rt.malformed
-    assert (rt.num_nodes, rt.ml_policy, rt.accelerator_class, rt.accelerators_per_node) == (
+    assert (rt.num_nodes, rt.ml_policy, rt.default_nodes, rt.node_resources) == (
         2,
         "torch",
-        "nvidia.com/gpu",
         2,
+        ((), (("nvidia.com/gpu", 2),)),
     )
 
 
@@ -391,6 +457,9 @@ def test_repeated_strings_are_shared() -> None:
     a = project_job(stored(_multi_node(), uid="u-1"))
     b = project_job(stored(_multi_node(), uid="u-2"))
     assert a.runtime_ref is b.runtime_ref and a.namespace is b.namespace
+    doc = next(o for n, o in JOBS if n.endswith(":runtime-patches-example"))
+    c, d = project_job(stored(doc, uid="u-3")), project_job(stored(doc, uid="u-4"))
+    assert c.resources is not None and c.resources is d.resources  # one interned value per template
 
 
 # --- incremental projection and compact storage -------------------------------------------------
@@ -427,11 +496,19 @@ def _wire(doc: dict[str, Any]) -> Any:
 STATUSES = [
     {},
     {"jobsStatus": [{"name": "node", "active": 2}]},
+    {"jobsStatus": [{"name": "node", "active": 2, "ready": 1}]},
     {"conditions": [_cond("Suspended", "True", "Suspended")]},
     {"conditions": [_cond("Complete", "True", "AllJobsCompleted")]},
     {"conditions": [_cond("Complete", "True", "Done"), _cond("Failed", "True", "DeadlineExceeded")]},
     {"conditions": [_cond("Failed", "True", "FailedJobs", t="later")]},  # malformed time
-    {"conditions": [_cond("Suspended", "False", "Resumed")], "jobsStatus": [{"active": 0}, {"active": 1}]},
+    {"conditions": [_cond("Suspended", "False", "Resumed")], "jobsStatus": [{"ready": 0}, {"ready": 1}]},
+    {
+        "conditions": [
+            _cond("Failed", "True", "FailedJobs"),
+            _cond("Failed", "True", "DeadlineExceeded"),
+            _cond("Suspended", "True", "Suspended"),
+        ]
+    },
 ]
 
 
@@ -458,7 +535,7 @@ def test_incremental_projection_recomputes_the_spec_when_it_may_have_changed(doc
     previous = TRAINJOB_PROJECTOR.from_wire(_wire(_job_doc(generation=generation)))
     new = TRAINJOB_PROJECTOR.from_wire(_wire(doc), previous)
     assert new == TRAINJOB_PROJECTOR.from_wire(_wire(doc))
-    assert new.accelerators_per_node == 4
+    assert new.resources == ((("nvidia.com/gpu", 4),), ())
 
 
 def test_incremental_projection_never_reuses_a_malformed_previous() -> None:
@@ -500,3 +577,12 @@ def test_training_runtime_ref_needs_a_dns_label_namespace() -> None:
     assert TRAINJOB_PROJECTOR.from_wire(_wire(doc)).runtime_ref == "unknown"
     rt = TRAINING_RUNTIME_PROJECTOR.from_json({"metadata": {"name": "r", "uid": "u", "namespace": "A_B"}})
     assert rt is not None and rt.ref == "unknown"
+
+
+@pytest.mark.parametrize("result", ["", "succeeded", "failed"])
+@pytest.mark.parametrize("flags", range(32))
+def test_state_lookup_agrees_with_the_rule(result: str, flags: int) -> None:
+    """``state`` reads a table instead of calling rules.job_state on every event: same answers."""
+    job = msgspec.structs.replace(project_job(_job_doc()), result=result, flags=flags)
+    bits = bool(flags & SUSPEND), bool(flags & SUSPENDED_CONDITION), bool(flags & READY)
+    assert job.state == rules.job_state(result, *bits)

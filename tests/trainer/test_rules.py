@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.trainer import rules
+from app.trainer.wire import Condition
 
 G = "trainer.kubeflow.org"
 CTR = "ClusterTrainingRuntime"
@@ -38,9 +39,9 @@ def test_runtime_ref_label(
 @pytest.mark.parametrize(
     ("job", "runtime", "nodes"),
     [
-        (3, 1, 3),  # the job's value wins
-        (None, 2, 2),  # else the runtime's mlPolicy.numNodes
-        (None, None, 1),  # else 1 (also: runtime missing, or runtime without mlPolicy)
+        (3, 1, 3),  # the job's value wins (every ML-policy plugin's EnforceMLPolicy)
+        (None, 2, 2),  # else the runtime's default (runtime_default_nodes)
+        (None, None, 1),  # else 1: runtime missing
         (0, 4, 0),  # 0 is legal and stays 0
         (None, 0, 0),
     ],
@@ -50,48 +51,167 @@ def test_requested_nodes(job: int | None, runtime: int | None, nodes: int) -> No
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("args", "nodes"),
     [
-        (("nvidia.com/gpu", 1, None, 0, 2), ("nvidia.com/gpu", 2)),  # resourcesPerNode x nodes
-        ((None, 0, "nvidia.com/gpu", 2, 3), ("nvidia.com/gpu", 6)),  # from the runtime's container
-        (("none", 0, "nvidia.com/gpu", 2, 3), ("none", 0)),  # resourcesPerNode replaces the container's
-        ((None, 0, None, 0, 3), ("none", 0)),  # no runtime known
-        ((None, 0, "none", 0, 3), ("none", 0)),
-        (("nvidia.com/gpu", 4, None, 0, 0), ("nvidia.com/gpu", 0)),  # numNodes 0
-        (("amd.com/gpu", 0, None, 0, 2), ("amd.com/gpu", 0)),  # asked for zero GPUs explicitly
+        ((True, 4, True, None), 4),  # mlPolicy.numNodes for the ancestor-trainer job
+        ((True, None, True, 3), 1),  # mlPolicy without numNodes: ptr.Deref(numNodes, 1), parallelism ignored
+        ((False, None, True, 3), 3),  # no mlPolicy: the template's parallelism
+        ((False, None, True, None), 1),  # ... ptr.Deref(parallelism, 1)
+        ((True, 4, False, 2), 2),  # trainer job without the ancestor label: parallelism
+        ((False, None, False, 0), 0),  # parallelism 0 is legal
     ],
 )
-def test_requested_accelerators(args: tuple[str | None, int, str | None, int, int], expected: object) -> None:
-    """(job class, job per node, runtime class, runtime per node, nodes) -> (class, total)."""
-    assert rules.requested_accelerators(*args) == expected
+def test_runtime_default_nodes(args: tuple[bool, int | None, bool, int | None], nodes: int) -> None:
+    """kubeflow/trainer v2.3.0 pkg/runtime/core/trainingruntime.go newRuntimeInfo: ``count :=
+    ptr.Deref(rJob.Template.Spec.Parallelism, 1)``, then ``ptr.Deref(mlPolicy.NumNodes, 1)`` for the
+    ancestor-``trainer`` job when ``mlPolicy != nil``."""
+    assert rules.runtime_default_nodes(*args) == nodes
+
+
+GPU = "nvidia.com/gpu"
+
+
+def res(requests: dict[str, int] | None = None, limits: dict[str, int] | None = None) -> rules.NodeResources:
+    return (tuple(sorted((requests or {}).items())), tuple(sorted((limits or {}).items())))
 
 
 @pytest.mark.parametrize(
-    ("requests", "limits", "expected"),
+    ("requests", "limits", "expected", "malformed"),
     [
-        ({"nvidia.com/gpu": "1", "cpu": "2"}, None, ("nvidia.com/gpu", 1, False)),
-        (None, {"nvidia.com/gpu": 2}, ("nvidia.com/gpu", 2, False)),  # limits when requests name none
-        ({"cpu": "2"}, {"nvidia.com/gpu": "2"}, ("nvidia.com/gpu", 2, False)),
-        ({"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "4"}, ("nvidia.com/gpu", 1, False)),  # requests first
-        ({"cpu": "2", "memory": "4Gi"}, {"cpu": "4"}, ("none", 0, False)),
-        ({"google.com/tpu": "4"}, None, ("none", 0, False)),  # only names containing "gpu"
-        ({"nvidia.com/GPU": "1"}, None, ("nvidia.com/GPU", 1, False)),  # case-insensitive match
-        # not a Kubernetes resource name (upper-case prefix, spaces, newline, too long): skipped, flagged
-        ({"NVIDIA.COM/GPU": "1"}, None, ("none", 0, True)),
-        ({"gpu with spaces": "1", "amd.com/gpu": "1"}, None, ("amd.com/gpu", 1, True)),
-        ({'gpu"} 1\n': "1"}, None, ("none", 0, True)),
-        ({"example.com/" + "g" * 62 + "pu": "1"}, None, ("none", 0, True)),  # name part of 64
-        ({"amd.com/gpu": "2", "nvidia.com/gpu": "4"}, None, ("nvidia.com/gpu", 4, False)),  # largest wins
-        ({"b.io/gpu": "2", "a.io/gpu": "2"}, None, ("a.io/gpu", 2, False)),  # tie: smallest name
-        ({"nvidia.com/gpu": "500m"}, None, ("nvidia.com/gpu", 1, False)),  # rounded up
-        ({"nvidia.com/gpu": "lots"}, None, ("none", 0, True)),  # unparsable: skipped, flagged
-        ({"nvidia.com/gpu": None}, {"nvidia.com/gpu": "1"}, ("nvidia.com/gpu", 1, True)),
-        (["nvidia.com/gpu"], None, ("none", 0, True)),
-        (None, None, ("none", 0, False)),
+        ({"nvidia.com/gpu": "1", "cpu": "500m"}, None, res({GPU: 1, "cpu": 1}), False),  # rounded up
+        (None, {"nvidia.com/gpu": 2}, res(limits={GPU: 2}), False),  # YAML int
+        ({"memory": "4Gi"}, {}, res({"memory": 4 * 2**30}), False),
+        ({"nvidia.com/gpu": "0"}, None, res({GPU: 0}), False),  # kept: a 0 overrides the runtime's GPUs
+        # not a Kubernetes resource name or not a quantity: dropped and flagged (never a label value)
+        ({"NVIDIA.COM/GPU": "1", "amd.com/gpu": "1"}, None, res({"amd.com/gpu": 1}), True),
+        ({'gpu"} 1\n': "1"}, None, res(), True),
+        ({"example.com/" + "g" * 62 + "pu": "1"}, None, res(), True),  # name part of 64
+        ({"nvidia.com/gpu": "lots"}, None, res(), True),
+        ({"nvidia.com/gpu": None}, {"nvidia.com/gpu": "1"}, res(limits={GPU: 1}), True),
+        (["nvidia.com/gpu"], None, res(), True),
+        ({f"example.com/r{i}": "1" for i in range(100)}, None, None, True),  # capped at 64 entries
+        (None, None, rules.NO_RESOURCES, False),
     ],
 )
-def test_select_accelerator(requests: object, limits: object, expected: tuple[str, int, bool]) -> None:
-    assert rules.select_accelerator(requests, limits) == expected
+def test_node_resources(requests: object, limits: object, expected: object, malformed: bool) -> None:
+    got, bad = rules.node_resources(requests, limits)
+    assert bad is malformed
+    if expected is None:
+        assert len(got[0]) == rules.MAX_RESOURCE_ENTRIES
+    else:
+        assert got == expected
+    assert rules.node_resources(requests, limits)[0] is got  # interned: equal lists share one value
+
+
+# kubeflow/trainer v2.3.0 pkg/util/trainingruntime/trainingruntime_test.go TestMergeResourceRequirements,
+# the cases about requests and limits (claims are not read here), plus the finding-1 case.
+@pytest.mark.parametrize(
+    ("base", "override", "merged"),
+    [
+        # "gpu only overlays runtime cpu and memory"
+        (
+            res(limits={"cpu": 8, "memory": 32}),
+            res(limits={GPU: 4}),
+            res(limits={"cpu": 8, "memory": 32, GPU: 4}),
+        ),
+        # "trainjob cpu overrides runtime cpu"
+        (res(limits={"cpu": 8}), res(limits={"cpu": 4}), res(limits={"cpu": 4})),
+        # "partial override keeps other runtime keys"
+        (
+            res(limits={"cpu": 5, "memory": 32}),
+            res(limits={GPU: 2, "memory": 1}),
+            res(limits={"cpu": 5, "memory": 1, GPU: 2}),
+        ),
+        # "empty override returns base"
+        (res({"cpu": 1}), res(), res({"cpu": 1})),
+        # "trainjob requests override runtime requests"
+        (res({"cpu": 8, "memory": 32}), res({"cpu": 4}), res({"cpu": 4, "memory": 32})),
+        # finding 1: torchtune's `limits: {nvidia.com/gpu: 2}` survives a CPU-only resourcesPerNode
+        (res(limits={GPU: 2}), res({"cpu": 4}), res({"cpu": 4}, {GPU: 2})),
+        (res(limits={GPU: 2}), res({GPU: 0}, {GPU: 0}), res({GPU: 0}, {GPU: 0})),  # an explicit 0 overrides
+    ],
+)
+def test_merge_resources(base: rules.NodeResources, override: rules.NodeResources, merged: object) -> None:
+    assert rules.merge_resources(base, override) == merged
+
+
+@pytest.mark.parametrize(
+    ("resources", "per_node"),
+    [
+        (res({GPU: 1, "cpu": 2}), ((GPU, 1),)),
+        (res(limits={GPU: 2}), ((GPU, 2),)),  # the API server defaults the request to the limit
+        (res({"cpu": 4}, {GPU: 2}), ((GPU, 2),)),  # per resource: requests name no GPU, the limit counts
+        (res({GPU: 1}, {GPU: 4}), ((GPU, 1),)),  # the request, not the limit
+        (res({"cpu": 2, "memory": 4}, {"cpu": 4}), ()),
+        (res({GPU: 0}, {GPU: 0}), ()),  # zero requests nothing
+        # every class, sorted by name
+        (res({GPU: 2, "nvidia.com/mig-1g.10gb": 4}), ((GPU, 2), ("nvidia.com/mig-1g.10gb", 4))),
+        (res(limits={"google.com/tpu": 4}), (("google.com/tpu", 4),)),
+        (res({"habana.ai/gaudi": 8}), (("habana.ai/gaudi", 8),)),
+        (
+            res({"aws.amazon.com/neuroncore": 2, "aws.amazon.com/neuron": 1}),
+            (
+                ("aws.amazon.com/neuron", 1),
+                ("aws.amazon.com/neuroncore", 2),
+            ),
+        ),
+        (res({"amd.com/gpu": 1, "gpu.intel.com/i915": 1}), (("amd.com/gpu", 1), ("gpu.intel.com/i915", 1))),
+        # names that merely contain "gpu" are not accelerators by default (#4190 counted them)
+        (res({"example.com/gpu-memory": 16, "nvidia.com/GPU": 1}), ()),
+    ],
+)
+def test_accelerators_per_node(resources: rules.NodeResources, per_node: object) -> None:
+    assert rules.DEFAULT_ACCELERATORS.per_node(resources) == per_node
+
+
+@pytest.mark.parametrize(
+    ("per_node", "nodes", "expected"),
+    [
+        (((GPU, 2),), 2, ((GPU, 4),)),
+        (((GPU, 2), ("nvidia.com/mig-1g.10gb", 1)), 3, ((GPU, 6), ("nvidia.com/mig-1g.10gb", 3))),
+        ((), 3, (("none", 0),)),
+        (((GPU, 4),), 0, ((GPU, 0),)),  # numNodes 0: the class is kept, count 0
+    ],
+)
+def test_requested_accelerators(per_node: tuple[tuple[str, int], ...], nodes: int, expected: object) -> None:
+    assert rules.requested_accelerators(per_node, nodes) == expected
+
+
+def test_accelerator_patterns() -> None:
+    default = rules.DEFAULT_ACCELERATORS
+    for name in (
+        "nvidia.com/gpu",
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-3g.40gb",
+        "amd.com/gpu",
+        "gpu.intel.com/i915",
+        "gpu.intel.com/xe",
+        "google.com/tpu",
+        "habana.ai/gaudi",
+        "aws.amazon.com/neuron",
+        "aws.amazon.com/neuroncore",
+        "aws.amazon.com/neurondevice",
+    ):
+        assert default(name), name
+    for name in (
+        "cpu",
+        "memory",
+        "nvidia.com/gpu.shared",
+        "example.com/gpu",
+        "google.com/tpu-v5",
+        "nvidia.com/mig",
+    ):
+        assert not default(name), name
+    custom = rules.AcceleratorMatcher(["*gpu*", "example.com/fpga"])  # #4190's rule, plus an FPGA
+    assert custom("nvidia.com/gpu.shared") and custom("example.com/fpga") and not custom("google.com/tpu")
+    assert not rules.AcceleratorMatcher([])("nvidia.com/gpu")
+    assert rules.AcceleratorMatcher(["a.io/x.y"])("a.io/x.y") and not rules.AcceleratorMatcher(["a.io/x.y"])(
+        "a.io/xzy"
+    )
+    for bad in ("", "a b", "a/b/c", "nvidia.com/gpu\n", "x" * 400):
+        assert rules.accelerator_pattern_error(bad) is not None, bad
+        with pytest.raises(ValueError):
+            rules.AcceleratorMatcher([bad])
 
 
 @pytest.mark.parametrize(
@@ -135,11 +255,24 @@ T1, T2 = "2025-06-01T10:05:00Z", "2025-06-01T10:07:00Z"
         ([("Complete", "False", "", T1), ("Failed", "False", "", T2)], None),
         ([("Suspended", "True", "Suspended", T1)], None),
         ([("Created", "True", "JobsCreationSucceeded", T1)], None),  # removed condition type, still seen
-        ([("Failed", "True", None, None)], ("failed", "", None)),
+        ([("Failed", "True", "", None)], ("failed", "", None)),
+        # of several conditions of one type, the first counts
+        (
+            [("Failed", "True", "FailedJobs", T1), ("Failed", "True", "DeadlineExceeded", T2)],
+            ("failed", "FailedJobs", T1),
+        ),
+        (
+            [("Complete", "False", "", T1), ("Complete", "True", "AllJobsCompleted", T2)],
+            ("succeeded", "AllJobsCompleted", T2),
+        ),
     ],
 )
-def test_terminal_condition(conditions: list[rules.Condition], expected: object) -> None:
-    assert rules.terminal_condition(conditions) == expected
+def test_terminal_condition(conditions: list[tuple[str, str, str, str | None]], expected: object) -> None:
+    result, terminal, _, _ = rules.job_conditions([Condition(*c) for c in conditions])
+    if terminal is None:
+        assert result == "" and expected is None
+    else:
+        assert (result, terminal.reason, terminal.lastTransitionTime) == expected
 
 
 @pytest.mark.parametrize(
@@ -148,16 +281,17 @@ def test_terminal_condition(conditions: list[rules.Condition], expected: object)
         ([("Suspended", "True", "Suspended", T1)], True),
         ([("Suspended", "False", "Resumed", T1)], False),  # Suspended(False) = resumed
         ([], False),
+        ([("Failed", "True", "FailedJobs", T1), ("Suspended", "True", "Suspended", T1)], True),  # both read
     ],
 )
-def test_suspended_condition(conditions: list[rules.Condition], suspended: bool) -> None:
-    assert rules.suspended_condition(conditions) is suspended
+def test_suspended_condition(conditions: list[tuple[str, str, str, str | None]], suspended: bool) -> None:
+    assert rules.job_conditions([Condition(*c) for c in conditions])[2] is suspended
 
 
 @pytest.mark.parametrize(
-    ("result", "suspend", "cond", "active", "state"),
+    ("result", "suspend", "cond", "ready", "state"),
     [
-        ("", False, False, False, "pending"),
+        ("", False, False, False, "pending"),  # includes pods active but waiting for capacity
         ("", False, False, True, "running"),
         ("", True, False, False, "suspended"),  # spec.suspend before the controller acts (Kueue)
         ("", False, True, True, "suspended"),  # resume not effective yet
@@ -165,8 +299,11 @@ def test_suspended_condition(conditions: list[rules.Condition], suspended: bool)
         ("failed", False, False, True, "failed"),
     ],
 )
-def test_job_state(result: str, suspend: bool, cond: bool, active: bool, state: str) -> None:
-    assert rules.job_state(result, suspend, cond, active) == state
+def test_job_state(result: str, suspend: bool, cond: bool, ready: bool, state: str) -> None:
+    """Finding 4: running needs a ready child Job (jobsStatus[].ready), not an active one, which counts pods
+    pending too (kubernetes-sigs/jobset v0.12.0 pkg/controllers/jobset_controller.go
+    calculateReplicatedJobStatuses; api/jobset/v1alpha2/jobset_types.go ReplicatedJobStatus)."""
+    assert rules.job_state(result, suspend, cond, ready) == state
     assert state in rules.JOB_STATES
 
 
@@ -176,14 +313,24 @@ def test_job_state(result: str, suspend: bool, cond: bool, active: bool, state: 
         ("succeeded", "AllJobsCompleted", "none"),
         ("succeeded", "FailedJobs", "none"),
         *[("failed", r, r) for r in rules.FAILURE_REASONS],
-        ("failed", "BackoffLimitExceeded", "other"),
+        # finding 5: a reason upstream does not list yet keeps its name when it is a CamelCase identifier
+        ("failed", "BackoffLimitExceeded", "BackoffLimitExceeded"),
+        ("failed", "PodFailurePolicyRuleMatched", "PodFailurePolicyRuleMatched"),
+        ("failed", "A" + "b" * 63, "A" + "b" * 63),  # 64 characters
+        # anything else is "other": too long, not CamelCase, or our own label values
+        ("failed", "A" + "b" * 64, "other"),
         ("failed", "", "other"),
         ("failed", "failedjobs", "other"),
+        ("failed", "Evicted:OOMKilled", "other"),  # the CRD pattern admits ':' and ','
+        ("failed", "Failed_Jobs", "other"),
+        ("failed", "none", "other"),
+        ("failed", "other", "other"),
+        ("failed", "Über", "other"),
     ],
 )
 def test_reason_bucket(result: str, reason: str, bucket: str) -> None:
     assert rules.reason_bucket(result, reason) == bucket
-    assert bucket in rules.REASONS
+    assert rules.is_reason_label(bucket)
 
 
 @pytest.mark.parametrize(

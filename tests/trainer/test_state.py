@@ -1,4 +1,4 @@
-"""TrainerState: the product.md §6 invariants that live at this layer, with a recording sink."""
+"""TrainerState: the docs/design/product.md §6 invariants that live at this layer, with a recording sink."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from app.trainer.events import CountableEvent, GaugeKey, JobCreated, JobFinished
-from app.trainer.projections import (
+from app.trainer.events import GaugeKey, JobCreated, JobFinished
+from app.trainer.projections import RuntimeProjection, TrainJobProjection
+from app.trainer.projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
-    RuntimeProjection,
-    TrainJobProjection,
 )
 from app.trainer.state import TrainerState
+from tests.support.sinks import RecordingSink
 from tests.trainer.manifests import by_kind, stored
 
 G = "trainer.kubeflow.org"
@@ -25,35 +25,6 @@ TUNE = f"{G}/ClusterTrainingRuntime//torchtune-llama3.2-1b"
 DEEPSPEED = f"{G}/ClusterTrainingRuntime//deepspeed-distributed"
 CREATED = "2025-06-01T10:00:00Z"
 DONE = "2025-06-01T10:30:00Z"
-
-
-class RecordingSink:
-    def __init__(self) -> None:
-        self.events: list[CountableEvent] = []
-        self.gauge: dict[GaugeKey, int] = {}
-        self.gauge_calls: list[tuple[GaugeKey, int]] = []
-        self.runtime_changes = 0
-
-    def on_countable(self, event: CountableEvent) -> None:
-        self.events.append(event)
-
-    def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
-        self.gauge_calls.append((key, value))
-        if value:
-            self.gauge[key] = value
-        else:
-            self.gauge.pop(key, None)
-
-    def on_runtimes_changed(self) -> None:
-        self.runtime_changes += 1
-
-    @property
-    def created(self) -> list[JobCreated]:
-        return [e for e in self.events if isinstance(e, JobCreated)]
-
-    @property
-    def finished(self) -> list[JobFinished]:
-        return [e for e in self.events if isinstance(e, JobFinished)]
 
 
 class Clock:
@@ -74,16 +45,21 @@ def job(
     kind: str | None = "ClusterTrainingRuntime",
     num_nodes: int | str | None = 2,
     gpus: str | None = None,
+    resources: dict[str, Any] | None = None,
     suspend: bool = False,
     active: int = 0,
+    ready: int | None = None,
     complete: bool = False,
     failed: str | None = None,
 ) -> TrainJobProjection:
+    """``ready`` defaults to ``active``: a child Job whose pods all run."""
     trainer: dict[str, Any] = {}
     if num_nodes is not None:
         trainer["numNodes"] = num_nodes
     if gpus is not None:
         trainer["resourcesPerNode"] = {"requests": {"nvidia.com/gpu": gpus}}
+    if resources is not None:
+        trainer["resourcesPerNode"] = resources
     ref: dict[str, Any] = {"name": runtime}
     if kind is not None:
         ref["kind"] = kind
@@ -103,7 +79,10 @@ def job(
             "creationTimestamp": CREATED,
         },
         "spec": {"runtimeRef": ref, "trainer": trainer, "suspend": suspend},
-        "status": {"conditions": conditions, "jobsStatus": [{"name": "node", "active": active}]},
+        "status": {
+            "conditions": conditions,
+            "jobsStatus": [{"name": "node", "active": active, "ready": active if ready is None else ready}],
+        },
     }
     p = TRAINJOB_PROJECTOR.from_json(obj)
     assert p is not None
@@ -239,7 +218,8 @@ def test_terminal_conditions_vanishing_and_returning_do_not_recount() -> None:
         ("DeadlineExceeded", False, "failed", "DeadlineExceeded"),
         ("TrainingRuntimeNotSupported", False, "failed", "TrainingRuntimeNotSupported"),
         ("FailJobSetFailurePolicyAction", False, "failed", "FailJobSetFailurePolicyAction"),
-        ("PodFailurePolicy", False, "failed", "other"),
+        ("PodFailurePolicy", False, "failed", "PodFailurePolicy"),  # a well-formed reason keeps its name
+        ("pod-failure-policy", False, "failed", "other"),
     ],
 )
 def test_finished_result_and_reason(failed: str | None, complete: bool, result: str, reason: str) -> None:
@@ -299,12 +279,19 @@ def test_same_uid_readded_is_never_recounted() -> None:
 
 
 def test_tombstones_are_bounded() -> None:
-    state, _, _ = make(max_tombstones=3)
-    for i in range(10):
-        p = job(f"j{i}")
+    """Exactly the last ``max_tombstones`` deleted uids are remembered: re-adding one of them does not
+    recount it, re-adding an older one does."""
+    state, sink, _ = make(max_tombstones=3)
+    jobs = [job(f"j{i}") for i in range(10)]
+    for p in jobs:
         state.job_handler.on_added(p, False)
         state.job_handler.on_deleted(p)
-    assert len(state._tombstones) == 3
+    assert len(sink.created) == 10
+    for p in jobs[7:]:
+        state.job_handler.on_added(p, False)
+    assert len(sink.created) == 10
+    state.job_handler.on_added(jobs[6], False)
+    assert [e.uid for e in sink.created[10:]] == ["uid-j6"]
 
 
 # --- invariant 3: relist diffs -------------------------------------------------------------------
@@ -429,15 +416,140 @@ def test_mpi_run_launcher_as_node_keeps_the_logical_node_count() -> None:
 def test_accelerators_from_runtime_container_vs_resources_per_node() -> None:
     state, sink, _ = make()
     state.runtime_handler.on_added(runtime("torchtune-llama3.2-1b"), True)
-    state.job_handler.on_added(job("a", runtime="torchtune-llama3.2-1b", num_nodes=3), False)
-    state.job_handler.on_added(job("b", runtime="torchtune-llama3.2-1b", num_nodes=3, gpus="1"), False)
-    state.job_handler.on_added(job("c", runtime="torchtune-llama3.2-1b", num_nodes=0), False)
-    assert [(e.accelerator_class, e.requested_accelerators) for e in sink.created] == [
-        ("nvidia.com/gpu", 6),  # 2 per node from the runtime's node container x 3
-        ("nvidia.com/gpu", 3),  # resourcesPerNode wins
-        ("nvidia.com/gpu", 0),  # numNodes 0
+    tune = "torchtune-llama3.2-1b"
+    state.job_handler.on_added(job("a", runtime=tune, num_nodes=3), False)
+    one_gpu = {"limits": {"nvidia.com/gpu": "1"}}
+    state.job_handler.on_added(job("b", runtime=tune, num_nodes=3, resources=one_gpu), False)
+    state.job_handler.on_added(job("c", runtime=tune, num_nodes=0), False)
+    no_gpu = {"requests": {"nvidia.com/gpu": "0"}, "limits": {"nvidia.com/gpu": "0"}}
+    state.job_handler.on_added(job("d", runtime=tune, num_nodes=3, resources=no_gpu), False)
+    assert [e.accelerators for e in sink.created] == [
+        (("nvidia.com/gpu", 6),),  # 2 per node from the runtime's node container x 3
+        (("nvidia.com/gpu", 3),),  # resourcesPerNode's limit replaces the runtime's, per key
+        (("nvidia.com/gpu", 0),),  # numNodes 0
+        (("none", 0),),  # an explicit 0 GPUs overrides the runtime's 2
     ]
-    assert [e.runtime_ref for e in sink.created] == [TUNE] * 3
+    assert [e.runtime_ref for e in sink.created] == [TUNE] * 4
+
+
+def _example_job(name: str, **changes: Any) -> dict[str, Any]:
+    """A vendored example TrainJob as stored, its spec.trainer / runtimeRef changed."""
+    obj = stored(next(o for n, o in by_kind("TrainJob") if n.endswith(f":{name}")), uid=f"u-{name}")
+    obj["spec"]["runtimeRef"].update(changes.pop("runtimeRef", {}))
+    obj["spec"]["trainer"].update(changes)
+    return obj
+
+
+def test_resources_per_node_merge_into_the_runtime_container() -> None:
+    """Finding 1. kubeflow/trainer v2.3.0 pkg/runtime/core/trainingruntime.go newRuntimeInfo merges
+    spec.trainer.resourcesPerNode into the trainer job's `node` container with
+    pkg/util/trainingruntime/trainingruntime.go MergeResourceRequirements (since #3602), so a CPU-only
+    override of torchtune-llama3.2-1b (`limits: {nvidia.com/gpu: 2}`) keeps its GPUs: 2 per pod, 4 in all.
+    Replacing (as #4190 does) reported `none`, 0."""
+    state, sink, _ = make(runtime_wait_seconds=0)
+    state.runtime_handler.on_added(runtime("torchtune-llama3.2-1b"), True)
+    obj = _example_job(
+        "multi-node-example",
+        runtimeRef={"name": "torchtune-llama3.2-1b"},
+        numNodes=2,
+        resourcesPerNode={"requests": {"cpu": "4"}},
+    )
+    p = TRAINJOB_PROJECTOR.from_json(obj)
+    assert p is not None
+    state.job_handler.on_added(p, False)
+    (ev,) = sink.created
+    assert (ev.runtime_ref, ev.requested_nodes, ev.accelerators) == (TUNE, 2, (("nvidia.com/gpu", 4),))
+
+
+def test_resources_per_node_are_ignored_by_a_runtime_without_ml_policy() -> None:
+    """newRuntimeInfo merges only into the ancestor-trainer job of a runtime with an mlPolicy (or the MPI
+    `node` job with runLauncherAsNode): a plain runtime's pods keep the runtime's resources."""
+    state, sink, _ = make(runtime_wait_seconds=0)
+    doc = _runtime_doc("torchtune-llama3.2-1b")
+    del doc["spec"]["mlPolicy"]
+    rt = CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(doc)
+    assert rt is not None and not rt.merges_job_resources
+    state.runtime_handler.on_added(rt, True)
+    tpu = {"limits": {"google.com/tpu": "4"}}
+    state.job_handler.on_added(job("a", runtime="torchtune-llama3.2-1b", num_nodes=1, resources=tpu), False)
+    assert sink.created[0].accelerators == (("nvidia.com/gpu", 2),)
+
+
+def test_every_accelerator_class_is_observed() -> None:
+    """Finding 2: each class a job requests is its own observation, and MIG slices, TPUs, Gaudi and Neuron
+    are accelerators (the default patterns); upstream observes each class, #4190 counted only `gpu` names."""
+    state, sink, _ = make(runtime_wait_seconds=0)
+    shapes = [
+        {"limits": {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "2"}},
+        {"limits": {"google.com/tpu": "4"}},
+        {"requests": {"habana.ai/gaudi": "8", "cpu": "16"}, "limits": {"habana.ai/gaudi": "8"}},
+        {"limits": {"aws.amazon.com/neuroncore": "2", "aws.amazon.com/neuron": "1"}},
+        {"limits": {"example.com/gpu-memory": "16"}},  # contains "gpu" but is not an accelerator
+    ]
+    for i, res in enumerate(shapes):
+        state.job_handler.on_added(job(f"j{i}", num_nodes=2, resources=res), False)
+    assert [e.accelerators for e in sink.created] == [
+        (("nvidia.com/gpu", 2), ("nvidia.com/mig-1g.10gb", 4)),
+        (("google.com/tpu", 8),),
+        (("habana.ai/gaudi", 16),),
+        (("aws.amazon.com/neuron", 2), ("aws.amazon.com/neuroncore", 4)),
+        (("none", 0),),
+    ]
+    first = sink.created[0]
+    assert (first.accelerator_class, first.requested_accelerators) == ("nvidia.com/gpu", 2)
+    assert first.more_accelerators == (("nvidia.com/mig-1g.10gb", 4),)
+
+
+def test_accelerator_patterns_are_configurable() -> None:
+    state, sink, _ = make(runtime_wait_seconds=0, accelerator_patterns=["*gpu*"])  # #4190's reading
+    state.job_handler.on_added(
+        job("a", resources={"limits": {"google.com/tpu": "4", "x.io/gpu": "1"}}), False
+    )
+    assert sink.created[0].accelerators == (("x.io/gpu", 2),)
+    tpu = state.runtime_accelerators(runtime("torchtune-llama3.2-1b"))
+    assert tpu == (("nvidia.com/gpu", 2),)
+
+
+def test_node_count_of_a_runtime_without_ml_policy_is_its_parallelism() -> None:
+    """Finding 3: newRuntimeInfo gives the trainer job ``ptr.Deref(parallelism, 1)`` nodes when the
+    runtime has no mlPolicy; the TrainJob's numNodes still wins (plainml.go EnforceMLPolicy)."""
+    state, sink, _ = make(runtime_wait_seconds=0)
+    doc = _runtime_doc("torch-distributed")
+    del doc["spec"]["mlPolicy"]
+    doc["metadata"]["name"] = "plain-parallel"
+    doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 3
+    rt = CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(doc)
+    assert rt is not None
+    state.runtime_handler.on_added(rt, True)
+    state.job_handler.on_added(job("a", runtime="plain-parallel", num_nodes=None), False)
+    state.job_handler.on_added(job("b", runtime="plain-parallel", num_nodes=5), False)
+    assert [e.requested_nodes for e in sink.created] == [3, 5]
+
+
+def test_a_runtime_edited_after_the_job_was_counted_changes_nothing_counted() -> None:
+    """The controller builds a job's JobSet from the runtime as it was at the job's first reconcile (and
+    keeps it in the `<job>-runtime-snapshot` ConfigMap); we resolve a job once, when it is counted created,
+    against the runtime known then. A later edit of the runtime changes the jobs created after it only."""
+    state, sink, _ = make(runtime_wait_seconds=0)
+    state.runtime_handler.on_added(runtime("torchtune-llama3.2-1b"), True)
+    a = job("a", runtime="torchtune-llama3.2-1b", num_nodes=None)
+    state.job_handler.on_added(a, False)
+    edited = _runtime_doc("torchtune-llama3.2-1b")
+    edited["metadata"]["resourceVersion"] = "9"
+    edited["spec"]["mlPolicy"]["numNodes"] = 4
+    node = edited["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]["template"]["spec"]
+    node["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    rt = CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(edited)
+    assert rt is not None
+    state.runtime_handler.on_updated(runtime("torchtune-llama3.2-1b"), rt)
+    state.job_handler.on_updated(
+        a, job("a", runtime="torchtune-llama3.2-1b", num_nodes=None, rv=11, active=1)
+    )
+    state.job_handler.on_added(job("b", runtime="torchtune-llama3.2-1b", num_nodes=None), False)
+    assert [(e.uid, e.requested_nodes, e.accelerators) for e in sink.created] == [
+        ("uid-a", 1, (("nvidia.com/gpu", 2),)),
+        ("uid-b", 4, (("nvidia.com/gpu", 32),)),
+    ]
 
 
 def test_namespaced_runtime_resolution() -> None:
@@ -536,10 +648,15 @@ def test_job_events_flush_expired_pending() -> None:
     assert [e.uid for e in sink.created] == ["uid-a", "uid-b"]
 
 
-def test_fully_specified_job_does_not_wait() -> None:
-    state, sink, _ = make(runtime_wait_seconds=5)
-    state.job_handler.on_added(job("a", runtime="late", num_nodes=2, gpus="1"), False)
-    assert len(sink.created) == 1 and state.pending_count == 0
+def test_fully_specified_job_waits_for_its_runtime_too() -> None:
+    """numNodes and resourcesPerNode set: the runtime's container still merges in (its GPUs count)."""
+    state, sink, clock = make(runtime_wait_seconds=5)
+    cpu = {"requests": {"cpu": "4"}}
+    state.job_handler.on_added(job("a", runtime="torchtune-llama3.2-1b", num_nodes=2, resources=cpu), False)
+    assert sink.created == [] and state.pending_count == 1
+    clock.now += 1
+    state.runtime_handler.on_added(runtime("torchtune-llama3.2-1b"), False)
+    assert sink.created[0].accelerators == (("nvidia.com/gpu", 4),)
 
 
 def test_finished_waits_behind_its_pending_created() -> None:
@@ -572,7 +689,7 @@ def test_malformed_job_counted_and_logged_once(caplog: pytest.LogCaptureFixture)
     state, sink, _ = make(runtime_wait_seconds=0)
     caplog.set_level(logging.WARNING, logger="app.trainer.state")
     bad0 = job("bad", num_nodes="lots", rv=1)
-    bad1 = job("bad", num_nodes="lots", rv=2, failed="Oops")
+    bad1 = job("bad", num_nodes="lots", rv=2, failed="oops")
     assert bad0.malformed
     state.job_handler.on_added(bad0, False)
     state.job_handler.on_updated(bad0, bad1)
@@ -580,8 +697,10 @@ def test_malformed_job_counted_and_logged_once(caplog: pytest.LogCaptureFixture)
     assert [r.getMessage() for r in caplog.records if "bad" in r.getMessage()].__len__() == 1
     assert sink.created[0].requested_nodes == 1  # the runtime's numNodes, as if unset
     assert sink.finished[0].reason == "other"
+    # a delete forgets the uid (the logged set does not grow with history): seen again, logged again
     state.job_handler.on_deleted(bad1)
-    assert state._malformed_logged == set()
+    state.job_handler.on_added(bad1, False)
+    assert [r.getMessage() for r in caplog.records if "bad" in r.getMessage()].__len__() == 2
 
 
 def test_non_numeric_resource_version_gives_rv_zero() -> None:
@@ -631,9 +750,20 @@ def test_every_example_trainjob_through_the_state() -> None:
 
 def test_accelerator_classes_are_capped_into_other() -> None:
     hits: list[str] = []
-    state, sink, _ = make(runtime_wait_seconds=0, max_accelerator_classes=2, on_limit=hits.append)
-    for i, gpu in enumerate(["a.io/gpu", "b.io/gpu", "c.io/gpu", "a.io/gpu", "d.io/gpu"]):
-        trainer = {"numNodes": 1, "resourcesPerNode": {"requests": {gpu: "1"}}}
+    state, sink, _ = make(
+        runtime_wait_seconds=0, max_accelerator_classes=2, on_limit=hits.append, accelerator_patterns=["*gpu"]
+    )
+    for i, gpus in enumerate(
+        [
+            ["a.io/gpu"],
+            ["b.io/gpu"],
+            ["c.io/gpu"],
+            ["a.io/gpu"],
+            ["d.io/gpu"],
+            ["a.io/gpu", "e.io/gpu", "f.io/gpu"],
+        ]
+    ):
+        trainer = {"numNodes": 1, "resourcesPerNode": {"requests": dict.fromkeys(gpus, "1")}}
         obj = {
             "metadata": {"name": f"j{i}", "namespace": "team-a", "uid": f"u{i}", "resourceVersion": "5"},
             "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": trainer},
@@ -641,14 +771,61 @@ def test_accelerator_classes_are_capped_into_other() -> None:
         p = TRAINJOB_PROJECTOR.from_json(obj)
         assert p is not None
         state.job_handler.on_added(p, False)
-    assert [e.accelerator_class for e in sink.created] == [
-        "a.io/gpu",
-        "b.io/gpu",
+    assert [e.accelerators for e in sink.created] == [
+        (("a.io/gpu", 1),),
+        (("b.io/gpu", 1),),
+        (("other", 1),),
+        (("a.io/gpu", 1),),
+        (("other", 1),),
+        (("a.io/gpu", 1), ("other", 2)),  # the job's classes beyond the cap: one "other" observation
+    ]
+    assert hits == ["accelerator_classes"] * 4
+
+
+def _fail(state: TrainerState, name: str, reason: str) -> None:
+    j0 = job(name)
+    state.job_handler.on_added(j0, False)
+    state.job_handler.on_updated(j0, job(name, rv=11, failed=reason))
+
+
+def test_failure_reasons_by_name_up_to_a_cap() -> None:
+    """Finding 5: a reason upstream does not list (a new JobSet or Trainer release's) shows by name when it
+    is a well-formed condition reason, up to ``max_failure_reasons`` distinct names; then "other", and the
+    cap hit is reported (trainer_metrics_limit_hits_total{limit="failure_reasons"})."""
+    hits: list[str] = []
+    state, sink, _ = make(runtime_wait_seconds=0, max_failure_reasons=2, on_limit=hits.append)
+    reasons = ["PodFailurePolicyRuleMatched", "FailedJobs", "NewJobSetReason", "ThirdReason"]
+    reasons += ["PodFailurePolicyRuleMatched", "DeadlineExceeded", "not-camel-case", "A" * 65]
+    for i, reason in enumerate(reasons):
+        _fail(state, f"j{i}", reason)
+    assert [e.reason for e in sink.finished] == [
+        "PodFailurePolicyRuleMatched",
+        "FailedJobs",  # upstream's reasons never use up the cap
+        "NewJobSetReason",
+        "other",  # the third distinct new reason
+        "PodFailurePolicyRuleMatched",  # admitted once, kept
+        "DeadlineExceeded",
         "other",
-        "a.io/gpu",
         "other",
     ]
-    assert hits == ["accelerator_classes", "accelerator_classes"]
+    assert hits == ["failure_reasons"]
+
+
+def test_pending_until_a_child_job_is_ready() -> None:
+    """Finding 4: ``active`` counts child Jobs with pods running or pending, so a job waiting for GPUs is
+    pending until a child Job is ``ready`` (kubernetes-sigs/jobset v0.12.0
+    pkg/controllers/jobset_controller.go calculateReplicatedJobStatuses)."""
+    state, sink, _ = make()
+    a0 = job("a")
+    waiting = job("a", rv=11, active=1, ready=0)  # pods pending for capacity
+    running = job("a", rv=12, active=1, ready=1)
+    state.job_handler.on_added(a0, False)
+    state.job_handler.on_updated(a0, waiting)
+    assert sink.gauge == {("team-a", TORCH, "pending"): 1}
+    state.job_handler.on_updated(waiting, running)
+    assert sink.gauge == {("team-a", TORCH, "running"): 1}
+    state.job_handler.on_updated(running, job("a", rv=13, active=1, ready=0))  # a pod restarts
+    assert sink.gauge == {("team-a", TORCH, "pending"): 1}
 
 
 def test_namespace_label_of_a_malformed_namespace_is_unknown(caplog: pytest.LogCaptureFixture) -> None:

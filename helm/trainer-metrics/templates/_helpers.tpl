@@ -57,8 +57,150 @@ app.kubernetes.io/part-of: kubeflow-trainer
 {{- end }}
 {{- end }}
 
+{{/*
+Port of the service's probe-only listener (plain HTTP, its own connection cap): config.probe_port, else the
+service's default 8081. Empty when it is 0 (a random port the kubelet cannot know): probes then use the
+main port.
+*/}}
+{{- define "trainer-metrics.probePort" -}}
+{{- $p := dig "probe_port" nil .Values.config }}
+{{- if kindIs "invalid" $p }}8081{{ else if gt (int $p) 0 }}{{ int $p }}{{ end }}
+{{- end }}
+
 {{- define "trainer-metrics.scheme" -}}
 {{- if .Values.tls.enabled }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
+{{/* Name of the container and Service port: what meshes and people read the protocol from. */}}
+{{- define "trainer-metrics.portName" -}}
+{{- if .Values.tls.enabled }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/* The kubernetes.io/tls Secret: tls.secretName, else the one the cert-manager Certificate writes. */}}
+{{- define "trainer-metrics.tlsSecretName" -}}
+{{- if .Values.tls.secretName }}
+{{- .Values.tls.secretName }}
+{{- else if .Values.tls.certManager.enabled }}
+{{- printf "%s-tls" (include "trainer-metrics.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+/debug/* lists the TrainJob names of every watched namespace: served only behind auth unless the user says
+otherwise (config.debug_endpoints true or false).
+*/}}
+{{- define "trainer-metrics.debugEndpoints" -}}
+{{- $v := dig "debug_endpoints" nil .Values.config }}
+{{- if kindIs "invalid" $v }}{{ .Values.auth.enabled }}{{ else }}{{ $v }}{{ end }}
+{{- end }}
+
+{{/* Namespace of the ServiceMonitor or PodMonitor (and of the scrape token it reads). */}}
+{{- define "trainer-metrics.monitorNamespace" -}}
+{{- default .Release.Namespace .Values.serviceMonitor.namespace }}
+{{- end }}
+
+{{/*
+The `job` label the ServiceMonitor/PodMonitor gives the series: the value of the Service's (pod's)
+serviceMonitor.jobLabel label, or the Service's name when it is empty. Empty when that label is not one the
+chart sets (then prometheusRule.selector must be given).
+*/}}
+{{- define "trainer-metrics.jobName" -}}
+{{- $label := .Values.serviceMonitor.jobLabel }}
+{{- $own := fromYaml (include "trainer-metrics.labels" .) }}
+{{- if not $label }}
+{{- include "trainer-metrics.fullname" . }}
+{{- else if hasKey $own $label }}
+{{- get $own $label }}
+{{- end }}
+{{- end }}
+
+{{/* PromQL matchers every alert selects by (prometheusRule.selector, else the monitor's job). */}}
+{{- define "trainer-metrics.ruleSelector" -}}
+{{- if .Values.prometheusRule.selector }}
+{{- .Values.prometheusRule.selector }}
+{{- else }}
+{{- $job := include "trainer-metrics.jobName" . }}
+{{- if not $job }}
+{{- fail (printf "prometheusRule.selector is required: serviceMonitor.jobLabel %q is not a label the chart sets, so the job label of the series is unknown" .Values.serviceMonitor.jobLabel) }}
+{{- end }}
+{{- printf "job=%q" $job }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the chart makes the token Prometheus scrapes with (serviceMonitor.scrapeToken.create). */}}
+{{- define "trainer-metrics.scrapeTokenCreated" -}}
+{{- $sm := .Values.serviceMonitor }}
+{{- if and .Values.auth.enabled (or $sm.enabled .Values.podMonitor.enabled) (not $sm.authorization) (not $sm.bearerTokenSecret) (not $sm.bearerTokenFile) $sm.scrapeToken.create }}true{{ end }}
+{{- end }}
+
+{{- define "trainer-metrics.scrapeTokenName" -}}
+{{- printf "%s-scraper" (include "trainer-metrics.fullname" .) }}
+{{- end }}
+
+{{/*
+One scrape endpoint of the ServiceMonitor (endpoints[]) or PodMonitor (podMetricsEndpoints[]): the same
+port, path, scheme, TLS check, token and relabelling for both.
+*/}}
+{{- define "trainer-metrics.scrapeEndpoint" -}}
+{{- $sm := .Values.serviceMonitor }}
+{{- $fullname := include "trainer-metrics.fullname" . }}
+port: {{ include "trainer-metrics.portName" . }}
+path: /metrics
+interval: {{ $sm.interval }}
+scrapeTimeout: {{ $sm.scrapeTimeout }}
+# Keep the TrainJob `namespace` label of the Trainer metrics as it is.
+honorLabels: {{ $sm.honorLabels }}
+{{- if .Values.tls.enabled }}
+scheme: https
+tlsConfig:
+  {{- if $sm.tlsConfig }}
+  {{- toYaml $sm.tlsConfig | nindent 2 }}
+  {{- else }}
+  serverName: {{ printf "%s.%s.svc" $fullname .Release.Namespace }}
+  ca:
+    secret:
+      name: {{ include "trainer-metrics.tlsSecretName" . }}
+      key: ca.crt
+  {{- end }}
+{{- else }}
+scheme: http
+{{- end }}
+{{- if .Values.auth.enabled }}
+# The token's subject must be bound to ClusterRole {{ $fullname }}-metrics-reader.
+{{- if $sm.authorization }}
+authorization:
+  {{- toYaml $sm.authorization | nindent 2 }}
+{{- else if $sm.bearerTokenSecret }}
+bearerTokenSecret:
+  {{- toYaml $sm.bearerTokenSecret | nindent 2 }}
+{{- else if $sm.bearerTokenFile }}
+bearerTokenFile: {{ $sm.bearerTokenFile }}
+{{- else if include "trainer-metrics.scrapeTokenCreated" . }}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ include "trainer-metrics.scrapeTokenName" . }}-token
+    key: token
+{{- end }}
+{{- end }}
+{{- with $sm.relabelings }}
+relabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $sm.metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Scrape limits of a ServiceMonitor/PodMonitor spec; 0 leaves a limit out (no limit). */}}
+{{- define "trainer-metrics.scrapeLimits" -}}
+{{- range $key := list "sampleLimit" "labelLimit" "labelNameLengthLimit" "labelValueLengthLimit" }}
+{{- $v := int (get $.Values.serviceMonitor $key) }}
+{{- if gt $v 0 }}
+{{ $key }}: {{ $v }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* A config value as an env var string: strings as they are, numbers without exponent, booleans true/false. */}}
@@ -89,7 +231,20 @@ Checks the relations between values that values.schema.json cannot express, with
 {{- if lt (float64 $wmax) (float64 $wmin) }}
 {{- fail (printf "config.watch_timeout_max_seconds (%v) must not be below config.watch_timeout_min_seconds (%v)" $wmax $wmin) }}
 {{- end }}
-{{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
-{{- fail "tls.secretName is required when tls.enabled is true: the name of a kubernetes.io/tls Secret in the release namespace" }}
+{{- if and .Values.tls.enabled (not (include "trainer-metrics.tlsSecretName" .)) }}
+{{- fail "tls.secretName is required when tls.enabled is true: the name of a kubernetes.io/tls Secret in the release namespace (or turn on tls.certManager.enabled)" }}
+{{- end }}
+{{- if and .Values.tls.certManager.enabled (not .Values.tls.enabled) }}
+{{- fail "tls.certManager.enabled needs tls.enabled: the Certificate's Secret is only used to serve HTTPS" }}
+{{- end }}
+{{- $sm := .Values.serviceMonitor }}
+{{- if and $sm.enabled .Values.podMonitor.enabled }}
+{{- fail "serviceMonitor.enabled and podMonitor.enabled are both true: Prometheus would scrape every pod twice; keep one (the PodMonitor takes its settings from serviceMonitor.*)" }}
+{{- end }}
+{{- if and .Values.podMonitor.enabled .Values.auth.enabled $sm.bearerTokenFile (not $sm.authorization) (not $sm.bearerTokenSecret) }}
+{{- fail "serviceMonitor.bearerTokenFile does not exist in a PodMonitor: use serviceMonitor.authorization, bearerTokenSecret or scrapeToken.create" }}
+{{- end }}
+{{- if and .Values.auth.enabled (or $sm.enabled .Values.podMonitor.enabled) (not $sm.authorization) (not $sm.bearerTokenSecret) (not $sm.bearerTokenFile) (not $sm.scrapeToken.create) }}
+{{- fail "auth.enabled with a ServiceMonitor/PodMonitor: Prometheus needs a token bound to the metrics-reader ClusterRole; set serviceMonitor.authorization, serviceMonitor.bearerTokenSecret or serviceMonitor.bearerTokenFile, or serviceMonitor.scrapeToken.create: true" }}
 {{- end }}
 {{- end }}

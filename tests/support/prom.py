@@ -4,12 +4,12 @@ data directory, killed at the end. Plus a small client for its HTTP API and prom
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import yaml
+
+from tests.support.waiting import wait_for as support_wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -44,21 +46,17 @@ def free_port() -> int:
 
 
 def wait_for(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.2) -> T:
-    """Poll ``check`` until it returns something truthy; fail with the last value after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            value = check()
-        except (httpx.HTTPError, OSError) as exc:
-            last = exc
-        else:
-            if value:
-                return value
-            last = value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
+    """Poll ``check`` until it returns something truthy; fail with the last value after ``timeout``. HTTP and
+    connection errors count as "not yet" (tests/support/waiting.py)."""
+    return support_wait_for(
+        check, timeout=timeout, what=what, interval=interval, ignoring=(httpx.HTTPError, OSError)
+    )
+
+
+def _ready_or_exited(proc: subprocess.Popen[bytes], http: httpx.Client) -> str | None:
+    if proc.poll() is not None:
+        return "exited"
+    return "ready" if http.get("/-/ready").status_code == 200 else None
 
 
 class PromQLError(AssertionError):
@@ -119,15 +117,14 @@ class Prometheus:
                     stdin=subprocess.DEVNULL,
                 )
             self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10.0)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                with contextlib.suppress(httpx.HTTPError):
-                    if self.http.get("/-/ready").status_code == 200:
-                        return
-                time.sleep(0.1)
-            if self.proc.poll() is None:
+            check = functools.partial(_ready_or_exited, self.proc, self.http)
+            try:
+                outcome = wait_for(check, timeout=timeout, what="Prometheus /-/ready", interval=0.1)
+            except AssertionError:
                 self.stop()
-                raise AssertionError(f"Prometheus not ready after {timeout}s:\n{self.log_tail()}")
+                raise AssertionError(f"Prometheus not ready after {timeout}s:\n{self.log_tail()}") from None
+            if outcome == "ready":
+                return
             self.stop()
             if "address already in use" not in self.log_tail():
                 break

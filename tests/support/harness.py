@@ -1,4 +1,6 @@
-"""Run service replicas against a simulated cluster inside one test, and read their metrics."""
+"""Run service replicas against a simulated cluster inside one test, and read their metrics.
+
+Shared by tests/integration and tests/chaos (moved from tests/integration/harness.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.config import Settings
 from app.main import create_app
 from app.service import Service
+from tests.support.waiting import eventually
 
 FAST_TIMINGS: dict[str, Any] = {
     "lease_duration_seconds": 1.5,
@@ -25,6 +28,9 @@ FAST_TIMINGS: dict[str, Any] = {
     "watch_timeout_min_seconds": 20,
     "watch_timeout_max_seconds": 30,
     "watch_inactivity_timeout_seconds": 5.0,
+    # Born at zero for one scraper (the tests' own reads): a new series shows 0 on one served render,
+    # then its values; a count is handed over as seen once a render showed it (app/handover/served.py).
+    "zero_hold_seconds": 0.0,
 }
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -106,22 +112,6 @@ async def replica(kubeconfig: Path, identity: str = "replica-a", **overrides: An
         await service.stop()
 
 
-async def eventually(
-    check: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"
-) -> Any:
-    """Poll ``check`` (sync or async) until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
 # --------------------------------------------------------------------------------------------------------
 # Appended helpers: Trainer manifests, status writes and "the service has caught up with the store"
 # (used by test_invariants.py, test_ground_truth.py and test_endpoints.py).
@@ -175,6 +165,9 @@ def trainjob_manifest(
     return {"apiVersion": TRAINER_API_VERSION, "kind": "TrainJob", "metadata": meta, "spec": spec}
 
 
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+
 def runtime_manifest(
     name: str,
     *,
@@ -199,7 +192,12 @@ def runtime_manifest(
                 "replicatedJobs": [
                     {
                         "name": "node",
-                        "template": {"spec": {"template": {"spec": {"containers": [container]}}}},
+                        "template": {
+                            # As every real runtime's trainer job: the controller gives mlPolicy.numNodes to,
+                            # and merges resourcesPerNode into, the job labelled ancestor "trainer" only.
+                            "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+                            "spec": {"template": {"spec": {"containers": [container]}}},
+                        },
                     }
                 ]
             }
@@ -245,7 +243,7 @@ def terminal_status(result: str = "Complete", reason: str = "", when: float | No
 
 def write_status(store: Any, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
     """A controller's status write (merge patch of the status subresource)."""
-    from app.kube.resources import TRAINJOBS
+    from app.trainer.kinds import TRAINJOBS
 
     result: dict[str, Any] = store.patch(TRAINJOBS, namespace, name, {"status": status}, subresource="status")
     return result
@@ -321,12 +319,103 @@ def tap_counted(service: Service, sink: list[CountedEvent]) -> None:
         if hasattr(event, "result"):
             labels: tuple[str, ...] = (event.result, event.reason, event.runtime_ref)
             kind = "finished"
-        else:
+        elif hasattr(event, "requested_nodes"):
             labels, kind = (event.namespace, event.runtime_ref), "created"
+        else:  # time to running, admission wait: histograms only, not the counters compared here
+            original(event)
+            return
         sink.append(CountedEvent(time.monotonic(), identity, kind, event.uid, event.rv, labels))
         original(event)
 
     state.on_countable = on_countable  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class LeadershipChange:
+    """A replica started or stopped leading (exporting the Trainer metrics), see ``tap_leadership``."""
+
+    at: float  # time.monotonic() of the change, as it happened (not when a test's poll noticed it)
+    identity: str
+    leading: bool
+
+
+def tap_leadership(service: Service, sink: list[LeadershipChange]) -> None:
+    """Record each instant ``service``'s journal starts or stops leading into ``sink`` (else unchanged)."""
+    journal = service.journal
+    identity = service.settings.identity
+    start, stop = journal.start_leading, journal.stop_leading
+
+    def start_leading(*args: Any, **kwargs: Any) -> Any:
+        sink.append(LeadershipChange(time.monotonic(), identity, True))
+        return start(*args, **kwargs)
+
+    def stop_leading(*args: Any, **kwargs: Any) -> Any:
+        sink.append(LeadershipChange(time.monotonic(), identity, False))
+        return stop(*args, **kwargs)
+
+    journal.start_leading = start_leading  # type: ignore[method-assign]
+    journal.stop_leading = stop_leading  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class LeaseWrite:
+    """One committed write of the Lease, as the API server stored it."""
+
+    at: float  # time.monotonic() of the commit
+    rv: int
+    holder: str
+    renew_time: str | None  # spec.renewTime (MicroTime), as written
+    annotations: dict[str, str]
+    deleted: bool = False
+
+
+class LeaseLog:
+    """Every committed write of one Lease in ``store`` (a synchronous store subscription), in order.
+
+    ``with LeaseLog(store) as leases``: what each holder wrote and when, so a test reads "the last renew
+    before the takeover" from the record instead of sampling the Lease at a moment it hopes is right."""
+
+    def __init__(self, store: Any, namespace: str = "default", name: str = "trainer-metrics") -> None:
+        self.store = store
+        self.namespace, self.name = namespace, name
+        self.writes: list[LeaseWrite] = []
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def _on_event(self, event: Any) -> None:
+        if getattr(event.resource, "plural", None) != "leases":
+            return
+        obj = event.entry.obj
+        meta = obj.get("metadata") or {}
+        if (meta.get("namespace"), meta.get("name")) != (self.namespace, self.name):
+            return
+        spec = obj.get("spec") or {}
+        self.writes.append(
+            LeaseWrite(
+                time.monotonic(),
+                int(event.rv),
+                spec.get("holderIdentity") or "",
+                spec.get("renewTime"),
+                dict(meta.get("annotations") or {}),
+                deleted=event.type == "DELETED",
+            )
+        )
+
+    def __enter__(self) -> LeaseLog:
+        self._unsubscribe = self.store.subscribe(self._on_event)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def by(self, holder: str, *, after: float = float("-inf")) -> list[LeaseWrite]:
+        return [w for w in self.writes if w.holder == holder and w.at > after and not w.deleted]
+
+    def last_before_takeover(self, old: str, new: str) -> LeaseWrite:
+        """``old``'s last write before the first write naming ``new`` (what ``new`` took over)."""
+        first_new = next(i for i, w in enumerate(self.writes) if w.holder == new)
+        return next(w for w in reversed(self.writes[:first_new]) if w.holder == old)
 
 
 def counter_values(service: Service) -> dict[str, dict[tuple[str, ...], int]]:
@@ -464,6 +553,7 @@ class Fleet:
         self.tmp_path = tmp_path
         self.replicas: list[Replica] = []
         self.counted: list[CountedEvent] = []
+        self.changes: list[LeadershipChange] = []
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Fleet:
@@ -476,8 +566,31 @@ class Fleet:
     async def add(self, kubeconfig: Path, identity: str, **overrides: Any) -> Replica:
         r = await self._stack.enter_async_context(replica(kubeconfig, identity, **overrides))
         tap_counted(r.service, self.counted)
+        tap_leadership(r.service, self.changes)
         self.replicas.append(r)
         return r
+
+    def started(self, identity: str, *, after: float = float("-inf")) -> float | None:
+        """When ``identity`` first started leading after ``after`` (monotonic), as recorded."""
+        return next(
+            (c.at for c in self.changes if c.identity == identity and c.leading and c.at > after), None
+        )
+
+    def stopped(self, identity: str, *, after: float = float("-inf")) -> float | None:
+        """When ``identity`` first stopped leading after ``after`` (monotonic), as recorded."""
+        return next(
+            (c.at for c in self.changes if c.identity == identity and not c.leading and c.at > after), None
+        )
+
+    async def wait_counted(self, r: Replica, n: int, *, timeout: float = 20.0) -> None:
+        """Until ``r`` has counted ``n`` more events than it had when called (it leads, and the workload
+        runs through it): a term's worth of work, however fast the machine is."""
+        start = len(self.counted)
+
+        def enough() -> bool:
+            return sum(1 for e in self.counted[start:] if e.identity == r.identity) >= n
+
+        await eventually(enough, timeout=timeout, what=f"{r.identity} to count {n} more events")
 
     def alive(self) -> list[Replica]:
         return [r for r in self.replicas if r.service.client is not None]

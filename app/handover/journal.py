@@ -14,10 +14,19 @@ between TrainerState and TrainerMetricState on every replica:
   that this replica has not counted itself, then counts live events with ``rv > previous_watermark``;
   a live event with ``rv <= previous_watermark`` was already counted by the previous leader (it reached
   this replica late) and is skipped;
-* ``stop_leading()`` stops counting at once and returns the watermark to hand over.
+* ``pause_counting()`` stops counting but keeps leading (a graceful stop, while the last counts are
+  being scraped: app/service.py); ``stop_leading()`` stops counting at once and returns the watermark.
 
-The elector is expected to publish ``watermark`` with every Lease renewal (and the final one from
-``stop_leading()`` when it releases the Lease), and to pass the published value to the next leader.
+The elector is expected to publish watermarks with every Lease renewal (and the final ones when it
+releases the Lease), and to pass the published value to the next leader (app/handover/watermarks.py).
+The service publishes the *served* watermarks (app/handover/served.py: ``watermarks`` lowered below what
+no scrape has shown yet), so "counted" below means "counted and shown to every scraper" for whoever
+takes over; ``watermarks`` here is the counted one.
+
+Terms. The metric state counts each leader term from zero (app/metrics/trainer_metrics.py), so what an
+earlier term of this replica counted is not in its series any more. An entry remembers whether a scrape
+of this replica showed its count (``seen``, marked by ``stop_leading(seen=...)``); a later term replays
+an entry above its floor unless it was seen, or counted in this very term.
 
 Guarantee:
 
@@ -27,22 +36,25 @@ Guarantee:
 * crash or lost Lease (the last published watermark is older than what the old leader counted):
   nothing lost; the events counted by the old leader after its last publication, at most one renew
   period of events, are counted again by the new leader;
-* a replica that leads again never counts twice what it counted itself (journal entries are marked).
+* a replica that leads again never shows twice what a scrape showed of its own counts (journal entries
+  are marked ``seen``); what it counted but no scrape showed is counted again if above the floor.
 
 Limits:
 
 * the journal holds ``journal_size`` events; a takeover after a longer leaderless gap (or a leader
   that fell further behind) loses the overflowed ones (counted in ``overflowed``);
 * a replica only remembers events it observed: one that started after an event happened sees that
-  TrainJob in its initial list, which is never counted (invariant 1), so such events are lost;
+  TrainJob in its initial list, which is never counted (docs/design/product.md §6, invariant 1),
+  so such events are lost;
 * the watermark is the highest rv counted, and the skip rule assumes that an event with a lower rv
   than one already counted was counted too. Events of one watch stream arrive in rv order, so this
   holds except for a relist racing the hand-over (its diff can surface an older-rv edge late).
 * an edge that a replica's watch missed and its relist found carries the rv of the job's state in the
   list (``rv``), which can be later than the edge, and the rv the informer held before the gap
   (``since``). When the floor lies between the two, the journal cannot tell whether the previous leader
-  counted it: it holds the event as *uncertain* (``take_uncertain``) and the service settles it from
-  the TrainJobs as they were at the floor (``settle``); meanwhile the published watermark stays below it.
+  counted it: it holds the event as *uncertain* (``take_uncertain``) and app/handover/settle.py settles
+  it from the TrainJobs as they were at the floor (``settle``); meanwhile the published watermark stays
+  below it.
 * ``start_leading(None)`` means nothing is known about what was counted (no previous leader recorded
   a watermark): nothing remembered is replayed, only events from now on are counted; this prefers
   missing a few events over double counting an unknown number. Pass ``0`` instead when it is known
@@ -62,7 +74,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from app.trainer.events import CountableEvent, GaugeKey, JobCreated, TrainerSink
+from app.trainer.events import CountableEvent, GaugeKey, TrainerSink
 
 __all__ = ["CountJournal", "JournalTelemetry"]
 
@@ -80,11 +92,13 @@ class JournalTelemetry(Protocol):
 
 
 class _Entry:
-    __slots__ = ("counted", "event")
+    __slots__ = ("counted", "event", "seen", "term")
 
-    def __init__(self, event: CountableEvent, counted: bool) -> None:
+    def __init__(self, event: CountableEvent, term: int) -> None:
         self.event = event
-        self.counted = counted  # counted by THIS replica (in any term)
+        self.term = term  # the term of THIS replica that last counted it; 0: never counted here
+        self.counted = term > 0  # counted by THIS replica in some term
+        self.seen = False  # a scrape of this replica showed its count (see stop_leading)
 
 
 class CountJournal:
@@ -114,6 +128,8 @@ class CountJournal:
         self._journal: deque[_Entry] = deque(maxlen=journal_size)
         self._journal_size = journal_size
         self._leading = False
+        self._paused = False  # leading, but counting nothing (a graceful stop in progress)
+        self._term = 0  # this replica's leader terms so far
         # Previous leader's watermarks: events at or below were counted. None: nothing known.
         self._floors: dict[str, int] | None = None
         self._watermarks: dict[str, int] = {}
@@ -162,8 +178,9 @@ class CountJournal:
     # --- TrainerSink -------------------------------------------------------------------------------
 
     def on_countable(self, event: CountableEvent) -> None:
-        verdict = self._verdict(event) if self._leading else _SKIP
-        entry = _Entry(event, verdict is _COUNT)
+        counting = self._leading and not self._paused
+        verdict = self._verdict(event) if counting else _SKIP
+        entry = _Entry(event, self._term if verdict is _COUNT else 0)
         if self._journal_size:
             if len(self._journal) == self._journal_size:
                 # deque(maxlen) drops the oldest silently; count it so operators can size the journal.
@@ -175,7 +192,7 @@ class CountJournal:
             self._count(event)
         elif verdict is _UNCERTAIN:
             self._hold(entry)
-        elif self._leading:
+        elif counting:
             self._skipped(1)
 
     def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
@@ -191,9 +208,11 @@ class CountJournal:
 
         ``previous_watermark`` is per stream (a mapping; a stream it does not name falls back to the
         entry for "", if any) or one int for every stream. See the module docstring for what None
-        and 0 mean. Calling it while already leading restarts the term with the new floor (nothing is
-        counted twice: entries are marked when counted)."""
+        and 0 mean. Every call starts a new term: the caller has reset the metric state, so what an
+        earlier term counted and no scrape showed (not ``seen``) is counted again if above the floor."""
         self._leading = True
+        self._paused = False
+        self._term += 1
         self._uncertain.clear()
         if previous_watermark is None:
             self._floors = None
@@ -210,13 +229,13 @@ class CountJournal:
         replayed = 0
         if self._floors is not None:
             for entry in self._journal:
-                if entry.counted:
+                if entry.seen or entry.term == self._term:
                     continue
                 verdict = self._verdict(entry.event)
                 if verdict is _UNCERTAIN:
                     self._hold(entry)
                 elif verdict is _COUNT:
-                    entry.counted = True
+                    self._mark_counted(entry)
                     self._count(entry.event)
                     replayed += 1
         self.replayed += replayed
@@ -224,11 +243,28 @@ class CountJournal:
             self._telemetry.handover_replayed(replayed)
         return replayed
 
-    def stop_leading(self) -> int | None:
-        """Stop counting at once; return the final (highest) watermark; ``watermarks`` has them all."""
+    def pause_counting(self) -> None:
+        """Count nothing from now on, still leading: events are remembered as a follower's are, and the
+        next leader counts them (a graceful stop waits meanwhile for a scrape of the last counts)."""
+        if self._leading:
+            self._paused = True
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def stop_leading(self, seen: Mapping[str, int] | None = None) -> int | None:
+        """Stop counting at once; return the final (highest) watermark; ``watermarks`` has them all.
+
+        ``seen``: per stream, up to which rv a scrape showed this term's counts (the served watermarks);
+        the entries this term counted at or below are marked ``seen``, so a later term of this replica
+        does not show them again. None: every entry this term counted was seen."""
+        if self._leading:
+            self._mark_seen(seen)
         if self._leading and self._telemetry is not None:
             self._telemetry.set_leader(False)
         self._leading = False
+        self._paused = False
         self._floors = None
         # Unsettled uncertain events stay uncounted in the journal; a later term weighs them again.
         self._uncertain.clear()
@@ -241,8 +277,9 @@ class CountJournal:
 
         A relist found them (``since`` set, see app/trainer/events.py) and the floor lies between the
         rv before the gap and the rv they were listed at: the previous leader counted the edge if it
-        happened at or below the floor. The caller reads the TrainJobs as they were at the floor and
-        calls ``settle`` for each. Until then they are not counted, and ``watermarks`` stays below them."""
+        happened at or below the floor. The caller (app/handover/settle.py) reads the TrainJobs as they
+        were at the floor and calls ``settle`` for each. Until then they are not counted, and
+        ``watermarks`` stays below them."""
         floors = self._floors or {}
         out = []
         for entry in self._uncertain.values():
@@ -253,12 +290,15 @@ class CountJournal:
         return out
 
     def settle(self, event: CountableEvent, count: bool) -> None:
-        """The previous leader did not count ``event`` (``count``) or did. Ignored once not leading."""
+        """The previous leader did not count ``event`` (``count``) or did. Ignored once not leading, and
+        while paused (it stays held: the watermark stays below it and the next leader weighs it)."""
+        if self._paused:
+            return
         entry = self._uncertain.pop(id(event), None)
         if entry is None or not self._leading:
             return
-        if count and not entry.counted:
-            entry.counted = True
+        if count and entry.term != self._term:
+            self._mark_counted(entry)
             self._count(event)
             self.replayed += 1
             if self._telemetry is not None:
@@ -286,6 +326,24 @@ class CountJournal:
             return _UNCERTAIN
         return _COUNT
 
+    def _mark_counted(self, entry: _Entry) -> None:
+        entry.term = self._term
+        entry.counted = True
+        entry.seen = False
+
+    def _mark_seen(self, seen: Mapping[str, int] | None) -> None:
+        term = self._term
+        for entry in self._journal:
+            if entry.term != term or entry.seen:
+                continue
+            if seen is None:
+                entry.seen = True
+                continue
+            stream = self._stream_of(entry.event)
+            limit = seen.get(stream, seen.get(""))
+            if limit is not None and entry.event.rv <= limit:
+                entry.seen = True
+
     def _hold(self, entry: _Entry) -> None:
         self._uncertain[id(entry.event)] = entry
         if self._on_uncertain is not None:
@@ -302,15 +360,6 @@ class CountJournal:
         stream = self._stream_of(event)
         if event.rv > self._watermarks.get(stream, -1):
             self._watermarks[stream] = event.rv
-
-
-def counted_before(event: CountableEvent, terminal_at_floor: Mapping[str, bool]) -> bool:
-    """Whether the previous leader counted an uncertain event (``take_uncertain``), from the TrainJobs as
-    they were at the floor (uid -> terminal then): a creation if the job existed then, a finish if it was
-    terminal then. Assumes the previous leader saw every edge up to its watermark, as the skip rule does."""
-    if isinstance(event, JobCreated):
-        return event.uid in terminal_at_floor
-    return terminal_at_floor.get(event.uid, False)
 
 
 def _single_stream(event: CountableEvent) -> str:

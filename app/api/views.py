@@ -1,0 +1,129 @@
+"""The /debug/* responses, built from the running service's in-memory state (read only, on the loop)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from app.api.models import (
+    InformerStatus,
+    LeadershipResponse,
+    RuntimeEntry,
+    SnapshotResponse,
+    TerminalEntry,
+    TerminalPage,
+)
+from app.handover.watermarks import parse_watermarks
+from app.kube.elector import ElectorStatus
+from app.service import Service
+
+__all__ = ["InvalidContinueToken", "leadership", "snapshot", "terminal_page"]
+
+
+class InvalidContinueToken(ValueError):
+    """The `continue` token of a /debug/terminal request cannot be decoded."""
+
+
+def snapshot(service: Service) -> SnapshotResponse:
+    now = time.monotonic()
+    state = service.state
+    runtimes = []
+    for r in sorted(state.runtimes(), key=lambda r: r.ref):
+        accelerators = state.runtime_accelerators(r)
+        first_class, first_count = accelerators[0] if accelerators else ("none", 0)
+        runtimes.append(
+            RuntimeEntry(
+                runtime_ref=r.ref,
+                kind=r.kind,
+                namespace=r.namespace,
+                name=r.name,
+                ml_policy=r.ml_policy,
+                pod_group_policy=r.pod_group_policy,
+                framework=r.framework,
+                num_nodes=r.num_nodes,
+                default_nodes=r.default_nodes,
+                accelerator_class=first_class,
+                accelerators_per_node=first_count,
+                accelerators=dict(accelerators),
+                resource_version=r.resource_version,
+            )
+        )
+    informers = [
+        InformerStatus(
+            name=i.name,
+            synced=i.synced,
+            stale=i.stale,
+            objects=len(i),
+            resource_version=i.resource_version,
+            last_event_age_seconds=round(now - i.last_event, 3),
+        )
+        for i in service.informers
+    ]
+    return SnapshotResponse(
+        runtimes=runtimes,
+        informers=informers,
+        trainjobs=service.trainjob_count(),
+        terminal_entries=service.state.terminal_count,
+        unknown_runtime_refs=service.state.unknown_runtime_refs,
+    )
+
+
+def terminal_page(service: Service, limit: int, continue_token: str | None) -> TerminalPage:
+    state = service.state
+    try:
+        entries, next_token = state.terminal_entries(limit, continue_token)
+    except ValueError as exc:
+        raise InvalidContinueToken(str(exc)) from None
+    items = [
+        TerminalEntry(
+            namespace=e.namespace,
+            name=e.name,
+            uid=e.uid,
+            result=e.result,
+            reason=e.reason,
+            terminal_time=_utc(e.terminal_time),
+            recorded_time=datetime.fromtimestamp(e.recorded_time, UTC),
+        )
+        for e in entries
+    ]
+    return TerminalPage(total=state.terminal_count, items=items, continue_=next_token)
+
+
+def leadership(service: Service) -> LeadershipResponse:
+    s, journal = service.settings, service.journal
+    if service.elector is not None:
+        status = service.elector.status()
+    else:
+        # No elector yet (informers still syncing) or ever (election disabled): no Lease observed, and
+        # this replica leads exactly when it exports on its own.
+        status = ElectorStatus(
+            identity=s.identity,
+            is_leader=journal.leading,
+            holder=s.identity if journal.leading else None,
+            lease_name=s.lease_name,
+            lease_namespace=s.lease_namespace,
+            acquire_time=None,
+            renew_time=None,
+            lease_transitions=None,
+        )
+    observed = parse_watermarks(status.annotations)
+    return LeadershipResponse(
+        identity=status.identity,
+        is_leader=status.is_leader,
+        election_enabled=s.leader_election,
+        holder=status.holder,
+        lease_name=status.lease_name,
+        lease_namespace=status.lease_namespace,
+        acquire_time=status.acquire_time,
+        renew_time=status.renew_time,
+        lease_transitions=status.lease_transitions,
+        watermark=journal.watermark,
+        watermarks=journal.watermarks,
+        observed_watermark=max(observed.values(), default=None) if observed else None,
+        transitions_seen=status.transitions_seen,
+        last_change=status.last_change,
+    )
+
+
+def _utc(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None

@@ -1,0 +1,4 @@
+"""Leader hand-over: the journal of countable events, the Lease watermarks, settling held edges.
+
+See docs/leadership.md.
+"""

@@ -1,0 +1,148 @@
+"""Settling the edges a new leader's journal holds as uncertain (docs/leadership.md, "A follower that
+relisted across the watermark").
+
+An edge a relist found across the take-over floor may or may not have been counted by the previous
+leader. The TrainJobs as they were at the floor decide it: one paginated LIST at exactly that revision
+(app/kube/exact_list.py) per stream and floor, once per takeover that holds such edges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+
+from app.handover.journal import CountJournal
+from app.kube.client import KubeClient
+from app.kube.exact_list import list_at
+from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
+from app.trainer.kinds import TRAINJOBS
+from app.trainer.projectors import TRAINJOB_PROJECTOR
+from app.trainer.rules import RUNNING
+
+__all__ = [
+    "AT_FLOOR_RESUMED",
+    "AT_FLOOR_RUNNING",
+    "AT_FLOOR_TERMINAL",
+    "HeldEdgeSettler",
+    "counted_before",
+    "terminal_at",
+]
+
+log = logging.getLogger(__name__)
+
+_PAGE_TIMEOUT = 30.0  # seconds per page of the LIST at the floor
+
+
+# What terminal_at says of a job as it was at the floor (bits; a bool True reads as AT_FLOOR_TERMINAL).
+AT_FLOOR_TERMINAL = 1
+AT_FLOOR_RUNNING = 2
+AT_FLOOR_RESUMED = 4
+
+
+def counted_before(event: CountableEvent, terminal_at_floor: Mapping[str, int]) -> bool:
+    """Whether the previous leader counted an uncertain event (``CountJournal.take_uncertain``), from the
+    TrainJobs as they were at the floor (uid -> AT_FLOOR_* bits): a creation if the job existed then, a
+    finish if it was terminal then, a start if it was running then, an admission if it was resumed then.
+    Assumes the previous leader saw every edge up to its watermark, as the journal's skip rule does. (A
+    job that ran, or was resumed, before the floor and was not running, or was suspended again, at the
+    floor reads as not counted: counted twice rather than lost.)"""
+    if isinstance(event, JobCreated):
+        return event.uid in terminal_at_floor
+    state = int(terminal_at_floor.get(event.uid, 0))
+    if isinstance(event, JobFinished):
+        return bool(state & AT_FLOOR_TERMINAL)
+    if isinstance(event, JobStarted):
+        return bool(state & AT_FLOOR_RUNNING)
+    assert isinstance(event, JobAdmitted)
+    return bool(state & AT_FLOOR_RESUMED)
+
+
+async def terminal_at(
+    client: KubeClient, namespace: str | None, resource_version: int, *, page_size: int
+) -> dict[str, int]:
+    """uid -> AT_FLOOR_* bits (terminal, running, resumed), for every TrainJob as it was at
+    ``resource_version``."""
+    out: dict[str, int] = {}
+    items = list_at(
+        client, TRAINJOBS, namespace, resource_version, page_size=page_size, timeout=_PAGE_TIMEOUT
+    )
+    async for item in items:
+        job = TRAINJOB_PROJECTOR.from_json(item)
+        if job is not None:
+            out[job.uid] = (
+                (AT_FLOOR_TERMINAL if job.result else 0)
+                | (AT_FLOOR_RUNNING if job.state == RUNNING else 0)
+                | (AT_FLOOR_RESUMED if job.resumed else 0)
+            )
+    return out
+
+
+class HeldEdgeSettler:
+    """Settles a leading journal's uncertain edges in a background task.
+
+    ``schedule`` is the journal's ``on_uncertain`` hook; the client is looked up when the task runs
+    (the journal exists before the service connects). If the read fails (the floor's revision was
+    compacted away, or the API is down), every held edge is counted: counting twice is the lesser harm
+    than losing them.
+    """
+
+    def __init__(
+        self, journal: CountJournal, client: Callable[[], KubeClient | None], *, page_size: int
+    ) -> None:
+        self._journal = journal
+        self._client = client
+        self._page_size = page_size
+        self._task: asyncio.Task[None] | None = None
+
+    def schedule(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="settle uncertain edges")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _run(self) -> None:
+        journal = self._journal
+        while journal.leading:
+            batch = journal.take_uncertain()
+            if not batch:
+                return
+            groups: dict[tuple[str, int], list[CountableEvent]] = {}
+            for event, stream, floor in batch:
+                groups.setdefault((stream, floor), []).append(event)
+            for (stream, floor), events in groups.items():
+                at_floor = await self._read(stream or None, floor, len(events))
+                counted = 0
+                for event in events:
+                    count = at_floor is None or not counted_before(event, at_floor)
+                    counted += count
+                    journal.settle(event, count)
+                log.info(
+                    "settled %d edges found by a relist across the hand-over watermark %s: %d counted, "
+                    "%d already counted by the previous leader",
+                    len(events),
+                    floor,
+                    counted,
+                    len(events) - counted,
+                )
+
+    async def _read(self, namespace: str | None, floor: int, held: int) -> dict[str, int] | None:
+        try:
+            client = self._client()
+            if client is None:
+                raise RuntimeError("not connected to the Kubernetes API")
+            return await terminal_at(client, namespace, floor, page_size=self._page_size)
+        except Exception as exc:
+            log.warning(
+                "could not read the TrainJobs at the hand-over watermark %s (%s): counting %d "
+                "edges whose hand-over is uncertain; some may be counted twice",
+                floor,
+                exc,
+                held,
+            )
+            return None

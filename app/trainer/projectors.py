@@ -1,0 +1,367 @@
+"""The ``Projector``s the informers use: Trainer objects in, compact projections out.
+
+Two ways in, one result:
+
+- typed (fast path): msgspec decodes the watch/list JSON straight into the wire structs
+  (app/trainer/wire.py), then ``from_wire`` projects them;
+- tolerant (``from_json``): for an object the typed decoder rejects (a string numNodes, a null
+  quantity, a list where a map belongs...), it walks the generic JSON value and salvages what it
+  can. It never raises; it returns ``None`` only when the key or uid cannot be determined.
+
+Both paths end in the same builders (app/trainer/projections.py) and the same pure rules
+(app/trainer/rules.py), so they agree on every well-formed object (tests check this over every
+manifest in app/sim/data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, cast
+
+from app.trainer import rules
+from app.trainer.progress import DEFAULT_MAX_TRAINER_METRICS, TrainerProgress, json_metrics, trainer_progress
+from app.trainer.projections import (
+    MALFORMED,
+    SUSPEND,
+    ReplicatedJobParts,
+    RuntimeProjection,
+    TrainJobProjection,
+    build_job,
+    build_runtime,
+    compact_rv,
+    job_with_status,
+    object_key,
+    same_uid_text,
+)
+from app.trainer.wire import (
+    Condition,
+    Container,
+    JobMeta,
+    JobStatusWithTrainer,
+    ReplicatedJob,
+    RuntimeWire,
+    TrainerStatusWire,
+    TrainJobWire,
+    TrainJobWithTrainerWire,
+)
+
+# --- typed path: reading the wire structs ------------------------------------------------------
+
+
+def _wire_replicated_jobs(replicated: list[ReplicatedJob]) -> Iterable[ReplicatedJobParts]:
+    for rj in replicated:
+        template = rj.template
+        labels = template.metadata.labels if template is not None and template.metadata is not None else None
+        containers: list[Container] = []
+        parallelism = None
+        if template is not None and template.spec is not None:
+            parallelism = template.spec.parallelism
+            if template.spec.template is not None:
+                pod_spec = template.spec.template.spec
+                containers = (pod_spec.containers or []) if pod_spec is not None else []
+        yield (
+            rj.name,
+            labels,
+            parallelism,
+            (
+                (c.name, (c.resources.requests, c.resources.limits) if c.resources is not None else None)
+                for c in containers
+            ),
+        )
+
+
+# --- tolerant path: walking the generic JSON ---------------------------------------------------
+
+
+def _get(obj: object, *path: str) -> object:
+    """obj[path[0]][path[1]]...; None as soon as a step is not a JSON object or lacks the key."""
+    for step in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(step)
+    return obj
+
+
+def _list(obj: object) -> list[Any]:
+    return obj if isinstance(obj, list) else []
+
+
+def _json_resources(obj: object) -> tuple[object, object] | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, Mapping):
+        return obj, None  # select_accelerator flags a non-mapping as malformed, finds no accelerator
+    return obj.get("requests"), obj.get("limits")
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _json_condition(cond: Mapping[Any, Any]) -> Condition:
+    """The wire Condition the rules read, from any JSON object. A value of the wrong type becomes
+    what it is equivalent to: a non-string type, status or reason matches no rule and reads as "";
+    a non-string lastTransitionTime is unparsable, so it becomes "" (parsed as None, and flagged
+    malformed if it is the terminal condition's, as an unparsable string is)."""
+    ltt = cond.get("lastTransitionTime")
+    return Condition(
+        _text(cond.get("type")),
+        _text(cond.get("status")),
+        _text(cond.get("reason")),
+        ltt if ltt is None or isinstance(ltt, str) else "",
+    )
+
+
+def _json_replicated_jobs(replicated: object) -> Iterable[ReplicatedJobParts]:
+    for rj in _list(replicated):
+        containers = _list(_get(rj, "template", "spec", "template", "spec", "containers"))
+        yield (
+            _get(rj, "name"),
+            _get(rj, "template", "metadata", "labels"),
+            _get(rj, "template", "spec", "parallelism"),
+            ((_get(c, "name"), _json_resources(_get(c, "resources"))) for c in containers),
+        )
+
+
+# --- projectors --------------------------------------------------------------------------------
+
+
+class TrainJobProjector:
+    """``Projector[TrainJobProjection]`` for the TrainJob informer.
+
+    Incremental: ``from_wire(wire, previous)`` reuses the spec part of the cached projection of the
+    same object (``previous``, found by ``wire_key``) when its uid and ``metadata.generation`` are
+    unchanged (the API server bumps generation on every spec change; a status write, i.e. nearly
+    every watch event, leaves it alone), so an update re-derives only the status part. The result
+    equals a full projection whenever the spec is unchanged.
+
+    ``trainer_status``: also project ``status.trainerStatus`` (for the per-TrainJob series, keeping at most
+    ``max_trainer_metrics`` metrics per job). Off, the wire type does not even declare it, so msgspec skips
+    it unread.
+    """
+
+    wire_type: type = TrainJobWire
+
+    def __init__(
+        self, *, trainer_status: bool = False, max_trainer_metrics: int = DEFAULT_MAX_TRAINER_METRICS
+    ) -> None:
+        self.trainer_status = trainer_status
+        self.max_trainer_metrics = max(0, max_trainer_metrics)
+        if trainer_status:
+            self.wire_type = TrainJobWithTrainerWire
+
+    def _wire_progress(self, status: object) -> TrainerProgress | None:
+        """The trainerStatus of a typed status (only called with ``trainer_status`` on)."""
+        ts: TrainerStatusWire | None = cast(JobStatusWithTrainer, status).trainerStatus
+        if ts is None:
+            return None
+        return trainer_progress(
+            ts.progressPercentage,
+            ts.estimatedRemainingSeconds,
+            ts.lastUpdatedTime,
+            ((m.name, m.value) for m in ts.metrics or ()),
+            self.max_trainer_metrics,
+        )
+
+    def wire_key(self, wire: Any) -> str:
+        """The cache key the projection of ``wire`` will have (to look ``previous`` up)."""
+        meta: JobMeta = wire.metadata
+        return object_key(meta.namespace, meta.name)
+
+    @staticmethod
+    def same_uid(a: TrainJobProjection, b: TrainJobProjection) -> bool:
+        """``a.uid == b.uid`` without rebuilding the strings."""
+        same: bool = a.uid_key == b.uid_key
+        return same
+
+    def from_wire(self, wire: Any, previous: TrainJobProjection | None = None) -> TrainJobProjection:
+        w: TrainJobWire = wire
+        meta = w.metadata
+        spec = w.spec
+        status = w.status
+        conditions = None
+        ready = False
+        progress = None
+        if status is not None:
+            conditions = status.conditions
+            jobs = status.jobsStatus
+            if jobs:
+                for j in jobs:
+                    if (j.ready or 0) > 0:  # rules.job_state: ready, not active, means running
+                        ready = True
+                        break
+            if self.trainer_status:
+                progress = self._wire_progress(status)
+        if previous is not None and not previous.flags & MALFORMED:
+            generation = meta.generation
+            if generation is not None and generation == previous.generation:
+                ns = meta.namespace
+                # _key inlined: this branch runs on nearly every watch event
+                if (f"{ns}/{meta.name}" if ns else meta.name) == previous.key:
+                    uid = previous.uid_key
+                    if same_uid_text(uid, meta.uid):
+                        return job_with_status(
+                            previous.key,
+                            uid,
+                            previous.namespace,
+                            compact_rv(meta.resourceVersion),
+                            previous.created,
+                            previous.runtime_ref,
+                            previous.num_nodes,
+                            previous.resources,
+                            generation,
+                            SUSPEND if spec is not None and spec.suspend is True else 0,
+                            conditions,
+                            ready,
+                            progress,
+                        )
+        ref = spec.runtimeRef if spec is not None else None
+        trainer = spec.trainer if spec is not None else None
+        rpn = trainer.resourcesPerNode if trainer is not None else None
+        return build_job(
+            name=meta.name,
+            uid=meta.uid,
+            namespace=meta.namespace,
+            resource_version=meta.resourceVersion,
+            generation=meta.generation,
+            creation_timestamp=meta.creationTimestamp,
+            ref_group=ref.apiGroup if ref is not None else None,
+            ref_kind=ref.kind if ref is not None else None,
+            ref_name=ref.name if ref is not None else None,
+            num_nodes=trainer.numNodes if trainer is not None else None,
+            resources=(rpn.requests, rpn.limits) if rpn is not None else None,
+            suspend=spec.suspend if spec is not None else None,
+            conditions=conditions,
+            ready=ready,
+            malformed=False,  # name and uid are non-empty (wire.JobMeta)
+            progress=progress,
+        )
+
+    def from_json(self, obj: Any) -> TrainJobProjection | None:
+        try:
+            return self.salvage(obj)
+        except Exception:  # never let one object break an informer; the caller logs the drop
+            return None
+
+    def salvage(self, obj: object) -> TrainJobProjection | None:
+        """``from_json`` without its safety net: it should never raise either, and tests check that
+        it does not (``from_json`` would turn a bug here into a silently dropped object)."""
+        name, uid = _get(obj, "metadata", "name"), _get(obj, "metadata", "uid")
+        if not isinstance(name, str) or not name or not isinstance(uid, str) or not uid:
+            return None
+        namespace = _get(obj, "metadata", "namespace")
+        malformed = not isinstance(namespace, str)
+        conditions: list[Condition] = []
+        status_conditions = _get(obj, "status", "conditions")
+        if status_conditions is not None and not isinstance(status_conditions, list):
+            malformed = True
+        for cond in _list(status_conditions):
+            if isinstance(cond, Mapping):
+                conditions.append(_json_condition(cond))
+            else:
+                malformed = True
+        status = _get(obj, "status")
+        if status is not None and not isinstance(status, Mapping):
+            malformed = True
+        ready = False
+        for child in _list(_get(obj, "status", "jobsStatus")):
+            count = _get(child, "ready")
+            if isinstance(count, int | float) and not isinstance(count, bool):
+                ready |= count > 0
+            elif count is not None:
+                malformed = True
+        rv = _get(obj, "metadata", "resourceVersion")
+        malformed |= not isinstance(rv, str)
+        progress = None
+        if self.trainer_status:
+            ts = _get(obj, "status", "trainerStatus")
+            if isinstance(ts, Mapping):
+                progress = trainer_progress(
+                    ts.get("progressPercentage"),
+                    ts.get("estimatedRemainingSeconds"),
+                    ts.get("lastUpdatedTime"),
+                    json_metrics(ts.get("metrics")),
+                    self.max_trainer_metrics,
+                )
+        return build_job(
+            name=name,
+            uid=uid,
+            namespace=namespace if isinstance(namespace, str) else "",
+            resource_version=rv,
+            generation=_get(obj, "metadata", "generation"),
+            creation_timestamp=_get(obj, "metadata", "creationTimestamp"),
+            ref_group=_get(obj, "spec", "runtimeRef", "apiGroup"),
+            ref_kind=_get(obj, "spec", "runtimeRef", "kind"),
+            ref_name=_get(obj, "spec", "runtimeRef", "name"),
+            num_nodes=_get(obj, "spec", "trainer", "numNodes"),
+            resources=_json_resources(_get(obj, "spec", "trainer", "resourcesPerNode")),
+            suspend=_get(obj, "spec", "suspend"),
+            conditions=conditions,
+            ready=ready,
+            malformed=malformed,
+            progress=progress,
+        )
+
+
+class RuntimeProjector:
+    """``Projector[RuntimeProjection]`` for one runtime kind (the object's own ``kind`` field is
+    not relied upon: list items may omit it)."""
+
+    wire_type: type = RuntimeWire
+
+    def __init__(self, kind: str) -> None:
+        if kind not in rules.RUNTIME_KINDS:
+            raise ValueError(f"not a Trainer runtime kind: {kind!r}")
+        self.kind = kind
+        self.namespaced = kind == rules.TRAINING_RUNTIME_KIND
+
+    def from_wire(self, wire: Any) -> RuntimeProjection:
+        w: RuntimeWire = wire
+        meta = w.metadata
+        spec = w.spec
+        replicated: list[ReplicatedJob] = []
+        if spec is not None and spec.template is not None and spec.template.spec is not None:
+            replicated = spec.template.spec.replicatedJobs or []
+        return build_runtime(
+            kind=self.kind,
+            namespaced=self.namespaced,
+            name=meta.name,
+            uid=meta.uid,
+            namespace=meta.namespace,
+            resource_version=meta.resourceVersion,
+            labels=meta.labels,
+            ml_policy_obj=spec.mlPolicy if spec is not None else None,
+            pod_group_policy_obj=spec.podGroupPolicy if spec is not None else None,
+            replicated_jobs=_wire_replicated_jobs(replicated),
+            malformed=False,  # name and uid are non-empty (wire.RuntimeMeta)
+        )
+
+    def from_json(self, obj: Any) -> RuntimeProjection | None:
+        try:
+            return self.salvage(obj)
+        except Exception:  # never let one object break an informer
+            return None
+
+    def salvage(self, obj: object) -> RuntimeProjection | None:
+        """``from_json`` without its safety net (see ``TrainJobProjector.salvage``)."""
+        name, uid = _get(obj, "metadata", "name"), _get(obj, "metadata", "uid")
+        if not isinstance(name, str) or not name or not isinstance(uid, str) or not uid:
+            return None
+        return build_runtime(
+            kind=self.kind,
+            namespaced=self.namespaced,
+            name=name,
+            uid=uid,
+            namespace=_get(obj, "metadata", "namespace"),
+            resource_version=_get(obj, "metadata", "resourceVersion"),
+            labels=_get(obj, "metadata", "labels"),
+            ml_policy_obj=_get(obj, "spec", "mlPolicy"),
+            pod_group_policy_obj=_get(obj, "spec", "podGroupPolicy"),
+            replicated_jobs=_json_replicated_jobs(_get(obj, "spec", "template", "spec", "replicatedJobs")),
+            malformed=False,
+        )
+
+
+TRAINJOB_PROJECTOR: Final = TrainJobProjector()
+TRAINING_RUNTIME_PROJECTOR: Final = RuntimeProjector(rules.TRAINING_RUNTIME_KIND)
+CLUSTER_TRAINING_RUNTIME_PROJECTOR: Final = RuntimeProjector(rules.CLUSTER_TRAINING_RUNTIME_KIND)

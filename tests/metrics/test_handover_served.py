@@ -1,0 +1,172 @@
+"""ServedLedger: the watermark a leader publishes covers what a scrape has shown to every scraper, not what
+it counted (app/handover/served.py). Clock injected; a "scrape" is a served render of the metric state."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.handover.journal import CountJournal
+from app.handover.served import ServedLedger
+from app.metrics.trainer_metrics import TrainerMetricState
+from app.trainer.events import CountableEvent
+
+from .helpers import created, finished
+
+HOLD = 10.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pipeline(
+    hold: float = HOLD, *, max_tracked: int = 1000, by_namespace: bool = False
+) -> tuple[CountJournal, ServedLedger, TrainerMetricState, Clock]:
+    clock = Clock()
+    state = TrainerMetricState(zero_hold=hold, clock=clock)
+
+    def stream_of(event: CountableEvent) -> str:
+        return event.namespace if by_namespace else ""
+
+    ledger = ServedLedger(state, hold=hold, stream_of=stream_of, max_tracked=max_tracked, clock=clock)
+    journal = CountJournal(ledger, journal_size=1000, stream_of=stream_of)
+    return journal, ledger, state, clock
+
+
+def served(journal: CountJournal, ledger: ServedLedger) -> dict[str, int]:
+    return ledger.watermarks(journal.watermarks)
+
+
+def test_a_count_is_handed_over_once_a_render_showed_it_and_the_hold_passed() -> None:
+    journal, ledger, state, clock = pipeline()
+    journal.start_leading(100)
+    state.render_text()  # an old label set: born and released before the event
+    journal.on_countable(created(101))
+    clock.now += HOLD
+    state.render_text()
+    assert journal.watermarks == {"": 101}
+    assert served(journal, ledger) == {"": 100}  # counted, not shown yet (its series was born at zero)
+    clock.now += HOLD
+    state.render_text()  # released: this render shows it
+    assert served(journal, ledger) == {"": 100}
+    clock.now += HOLD - 0.001
+    assert served(journal, ledger) == {"": 100}  # a scraper with interval == hold may not have seen it
+    clock.now += 0.001
+    assert served(journal, ledger) == {"": 101}
+    assert ledger.all_seen()
+
+
+def test_an_event_in_a_shown_series_is_not_delayed_by_a_newer_series() -> None:
+    journal, ledger, state, clock = pipeline()
+    journal.start_leading(0)
+    journal.on_countable(created(10, ns="old"))
+    state.render_text()
+    clock.now += HOLD
+    state.render_text()
+    clock.now += HOLD
+    assert served(journal, ledger) == {"": 10}
+    journal.on_countable(created(11, ns="new"))  # a new series: shown as 0 until its hold ends
+    journal.on_countable(created(12, ns="old"))  # its series is shown: the next render shows it
+    state.render_text()
+    clock.now += HOLD
+    assert ledger.unseen == 1  # rv 12 was seen; rv 11 waits for its series' release
+    assert served(journal, ledger) == {"": 10}  # the watermark is a prefix: below rv 11
+    state.render_text()  # releases the new series
+    clock.now += HOLD
+    assert served(journal, ledger) == {"": 12}
+
+
+def test_nothing_is_seen_without_a_scrape() -> None:
+    journal, ledger, _, clock = pipeline()
+    journal.start_leading(5)
+    for rv in range(6, 20):
+        journal.on_countable(finished(rv))
+    clock.now += 100 * HOLD
+    assert served(journal, ledger) == {"": 5}
+    assert ledger.unseen == 14 and not ledger.all_seen()
+
+
+def test_hold_zero_counts_the_render_itself() -> None:
+    journal, ledger, state, _ = pipeline(hold=0.0)
+    journal.start_leading(0)
+    journal.on_countable(created(1))
+    state.render_text()  # shows the new series at 0
+    assert served(journal, ledger) == {"": 0}
+    state.render_text()  # shows its value: seen by the one scraper at once
+    assert served(journal, ledger) == {"": 1}
+
+
+def test_watermarks_are_per_stream() -> None:
+    journal, ledger, state, clock = pipeline(by_namespace=True)
+    journal.start_leading({"team-a": 10, "team-b": 20})
+    state.render_text()
+    journal.on_countable(created(11, ns="team-a"))
+    journal.on_countable(created(21, ns="team-b"))
+    for _ in range(3):
+        state.render_text()
+        clock.now += HOLD
+    assert served(journal, ledger) == {"team-a": 11, "team-b": 21}
+    journal.on_countable(created(12, ns="team-a"))
+    assert served(journal, ledger) == {"team-a": 11, "team-b": 21}
+
+
+def test_a_new_term_forgets_the_previous_terms_events() -> None:
+    journal, ledger, state, _ = pipeline()
+    journal.start_leading(0)
+    journal.on_countable(created(1))
+    journal.stop_leading(seen=served(journal, ledger))
+    state.reset_counts()
+    ledger.start_term()
+    journal.start_leading(0)  # the event was counted and never shown: this term counts it again
+    assert ledger.unseen == 1
+    assert state.created.values == {("team-a", created(1).runtime_ref): 1}
+
+
+def test_an_entry_a_scrape_showed_is_not_shown_again_by_a_later_term() -> None:
+    """Term 1 counts rv 1 (shown to every scraper) and rv 2 (never shown). A later term of the same replica
+    with a floor below both counts rv 2 again (its first count died with term 1's series), never rv 1."""
+    journal, ledger, state, _clock = pipeline(hold=0.0)
+    journal.start_leading(0)
+    journal.on_countable(created(1))
+    state.render_text()
+    state.render_text()
+    journal.on_countable(created(2))
+    journal.stop_leading(seen=served(journal, ledger))
+    state.reset_counts()
+    ledger.start_term()
+    assert journal.start_leading(0) == 1
+    assert sum(state.created.values.values()) == 1
+
+
+def test_too_many_unseen_events_keep_the_watermark_below_them_for_the_term() -> None:
+    journal, ledger, state, clock = pipeline(max_tracked=5)
+    journal.start_leading(0)
+    for rv in range(1, 8):
+        journal.on_countable(created(rv))
+    assert served(journal, ledger) == {"": 0}
+    for _ in range(4):
+        state.render_text()
+        clock.now += HOLD
+    # rv 7 was tracked again after the others were forgotten and is seen; the forgotten ones never count.
+    assert served(journal, ledger) == {"": 0}
+    assert not ledger.all_seen()
+
+
+def test_the_hold_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="hold"):
+        ServedLedger(TrainerMetricState(), hold=-1.0, stream_of=lambda e: "")
+
+
+async def test_wait_change_returns_at_the_next_render() -> None:
+    _journal, ledger, state, _ = pipeline()
+    waiter = asyncio.create_task(ledger.wait_change(5.0))
+    await asyncio.sleep(0)
+    state.render_text()
+    await asyncio.wait_for(waiter, 1.0)
+    assert ledger.last_render is not None

@@ -1,0 +1,376 @@
+"""Replicas of the real service, each a real HTTP server on its own loopback port, against one simulated
+cluster with a seeded workload generator, all on an event loop in a background thread; and a real
+Prometheus scraping every replica slot (pre-allocated ports: a slot not running is a target that is down).
+
+A replica is the app ``trainer-metrics`` runs (``create_app`` served by uvicorn, lifespan on), stopped the
+way Kubernetes stops a pod: ``graceful_stop`` is SIGTERM (app/graceful.py: hand over while still serving,
+then shut down and release the Lease), ``kill`` a crash (no hand-over, no release). Each replica gets a new
+identity (a pod name) and its own ``pod`` target label, as a Deployment's pods do."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import uvicorn
+from fastapi import FastAPI
+
+from app.config import Settings
+from app.graceful import HandOverOnExit
+from app.handover.watermarks import WATERMARK_ANNOTATION, parse_watermarks
+from app.kube.resources import LEASES
+from app.main import create_app
+from app.service import Service
+from app.sim.cluster import SimulatedCluster
+from app.sim.generator import WorkloadGenerator
+from app.sim.status import StoreError
+from app.sim.truth import TruthSnapshot
+from app.trainer.events import CountableEvent
+from tests.support.prom import Prometheus, free_port
+from tests.support.waiting import eventually
+
+T = TypeVar("T")
+
+JOB = "trainer-metrics"
+LEASE_NAME = "trainer-metrics"
+LEASE_NAMESPACE = "default"
+TARGET_NAMESPACE = "trainer-metrics-e2e"
+
+# Fast elections (as the chaos soak's), and the zero hold the chart would set for a 1 s scrape interval.
+REPLICA_SETTINGS: dict[str, Any] = {
+    "lease_duration_seconds": 3.0,
+    "renew_deadline_seconds": 2.0,
+    "retry_period_seconds": 0.4,
+    "watch_timeout_min_seconds": 30,
+    "watch_timeout_max_seconds": 60,
+    "zero_hold_seconds": 2.0,
+}
+
+
+class FleetServer(HandOverOnExit, uvicorn.Server):
+    """uvicorn with the SIGTERM behaviour of the real server (hand over first)."""
+
+
+@dataclass
+class Live:
+    identity: str
+    slot: int
+    app: FastAPI
+    server: FleetServer
+    serving: asyncio.Task[None]
+
+    @property
+    def service(self) -> Service:
+        service = self.app.state.service
+        assert isinstance(service, Service)
+        return service
+
+
+@dataclass
+class Killed:
+    """A leader killed: the watermark it had published, and what it counted above it (may count twice),
+    each with the time.monotonic() at which it counted it."""
+
+    identity: str
+    at: float  # time.monotonic() of the kill
+    published: dict[str, int]
+    above: list[tuple[float, CountableEvent]]
+
+    def counted_within(self, seconds: float) -> list[CountableEvent]:
+        """What it counted above its published watermark in the last ``seconds`` before the kill."""
+        return [event for when, event in self.above if when >= self.at - seconds]
+
+
+@dataclass
+class Fleet:
+    seed: int
+    slots: int
+    namespaces: int = 5
+    max_jobs: int = 200
+    populate: int = 40
+    min_delete_age: float = 0.0
+    settings: Mapping[str, Any] = field(default_factory=lambda: dict(REPLICA_SETTINGS))
+    ports: list[int] = field(default_factory=list)
+    live: dict[str, Live] = field(default_factory=dict)
+    stopped: list[str] = field(default_factory=list)
+    killed: list[Killed] = field(default_factory=list)
+    # Per replica, every event it counted (any term) with the time.monotonic() it counted it.
+    counted: dict[str, list[tuple[float, CountableEvent]]] = field(default_factory=dict)
+    sim: SimulatedCluster | None = None
+    generator: WorkloadGenerator | None = None
+    _started: int = 0
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _ready: threading.Event = field(default_factory=threading.Event)
+    _stop: asyncio.Event | None = None
+    _gen_stop: asyncio.Event | None = None
+    _gen_task: asyncio.Task[int] | None = None
+    _error: BaseException | None = None
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    # --- from the test thread ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.ports = [free_port() for _ in range(self.slots)]
+        self._tmp = tempfile.TemporaryDirectory(prefix="trainer-metrics-fleet-")
+        self._thread = threading.Thread(target=self._run_loop, name="e2e fleet", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(60) or self._error is not None:
+            raise AssertionError(f"the simulated cluster did not start: {self._error!r}")
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(120)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def run(self, fn: Callable[[], Coroutine[Any, Any, T]], timeout: float = 120.0) -> T:
+        """Run a coroutine function on the fleet's loop; return its result."""
+        assert self._loop is not None
+        future: Future[T] = asyncio.run_coroutine_threadsafe(fn(), self._loop)
+        return future.result(timeout)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        async def sync() -> T:
+            return fn()
+
+        return self.run(sync)
+
+    def targets(self) -> list[tuple[str, dict[str, str]]]:
+        """Every slot as a Prometheus target: its address and the labels a ServiceMonitor would give it."""
+        return [
+            (f"127.0.0.1:{port}", {"namespace": TARGET_NAMESPACE, "pod": f"slot-{slot}"})
+            for slot, port in enumerate(self.ports)
+        ]
+
+    def add(self) -> str:
+        """Start a new replica (a new pod: new identity, next free slot); returns its identity."""
+        return self.run(self._add)
+
+    def graceful_stop(self, identity: str) -> bool:
+        """SIGTERM: hand over (while still serving), shut down, release. True if every count was seen."""
+        return self.run(lambda: self._graceful(identity))
+
+    def kill(self, identity: str) -> Killed:
+        return self.run(lambda: self._kill(identity))
+
+    def leader(self) -> str | None:
+        def find() -> str | None:
+            leaders = [i for i, r in self.live.items() if r.service.journal.leading]
+            return leaders[0] if len(leaders) == 1 else None
+
+        return self.call(find)
+
+    def ready(self, identity: str) -> bool:
+        return self.call(lambda: not self.live[identity].service.readiness_problems())
+
+    def candidate(self, identity: str) -> bool:
+        """Its informers have synced and its elector runs (past the deferral of a fresh replica)."""
+        return self.call(lambda: self.live[identity].service.elector is not None)
+
+    def start_generator(self, rate: float) -> TruthSnapshot:
+        async def go() -> TruthSnapshot:
+            gen = self.generator
+            assert gen is not None and self._gen_task is None
+            before = gen.snapshot()
+            self._gen_stop = asyncio.Event()
+            self._gen_task = asyncio.create_task(gen.run(rate, self._gen_stop), name="e2e generator")
+            return before
+
+        return self.run(go)
+
+    def stop_generator(self) -> int:
+        async def halt() -> int:
+            assert self._gen_stop is not None and self._gen_task is not None
+            self._gen_stop.set()
+            return await self._gen_task
+
+        return self.run(halt)
+
+    def truth(self) -> TruthSnapshot:
+        return self.call(lambda: self._gen().snapshot())
+
+    def store_rv(self) -> int:
+        return self.call(lambda: self._sim().store.resource_version)
+
+    def settled(self, rv: int) -> bool:
+        """The leader has seen every write up to ``rv``, and every scraper every count it made."""
+
+        def check() -> bool:
+            leaders = [r for r in self.live.values() if r.service.journal.leading]
+            if len(leaders) != 1:
+                return False
+            service = leaders[0].service
+            informers = service._trainjob_informers
+            caught_up = all(int(i.resource_version or 0) >= rv for i in informers)
+            return caught_up and service.metric_state.held_series == 0 and service.ledger.all_seen()
+
+        return self.call(check)
+
+    # --- on the loop --------------------------------------------------------------------------------
+
+    def _sim(self) -> SimulatedCluster:
+        assert self.sim is not None
+        return self.sim
+
+    def _gen(self) -> WorkloadGenerator:
+        assert self.generator is not None
+        return self.generator
+
+    def _run_loop(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        assert self._tmp is not None
+        async with SimulatedCluster(host="127.0.0.1", port=0) as sim:
+            self.sim = sim
+            self.kubeconfig = sim.write_kubeconfig(Path(self._tmp.name) / "kubeconfig")
+            self.generator = WorkloadGenerator(
+                sim.store,
+                seed=self.seed,
+                namespaces=self.namespaces,
+                max_jobs=self.max_jobs,
+                min_delete_age=self.min_delete_age,
+            )
+            self.generator.load_runtimes()
+            self.generator.populate(self.populate)  # the first replicas' initial list: never counted
+            self._ready.set()
+            try:
+                await self._stop.wait()
+            finally:
+                if self._gen_stop is not None and self._gen_task is not None:
+                    self._gen_stop.set()
+                    with contextlib.suppress(Exception):
+                        await self._gen_task
+                for identity in list(self.live):
+                    with contextlib.suppress(Exception):
+                        await self._graceful(identity)
+
+    async def _add(self) -> str:
+        slot = self._started
+        if slot >= self.slots:
+            raise AssertionError(f"all {self.slots} slots used")
+        self._started += 1
+        identity = f"trainer-metrics-{slot}"
+        settings = Settings(
+            kubeconfig=str(self.kubeconfig),
+            identity=identity,
+            lease_name=LEASE_NAME,
+            lease_namespace=LEASE_NAMESPACE,
+            host="127.0.0.1",
+            port=self.ports[slot],
+            **self.settings,
+        )
+        app = create_app(settings)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.ports[slot], lifespan="on", log_config=None, access_log=False
+        )
+        server = FleetServer(config)
+        serving = asyncio.create_task(server.serve(), name=f"uvicorn {identity}")
+
+        def started() -> bool:
+            if serving.done():
+                serving.result()
+                raise AssertionError(f"{identity} exited during start-up")
+            return bool(server.started)
+
+        await eventually(started, timeout=30, interval=0.02, what=f"{identity} serving")
+        live = self.live[identity] = Live(identity, slot, app, server, serving)
+        self._record_counts(live)
+        return identity
+
+    def _record_counts(self, live: Live) -> None:
+        ledger = live.service.ledger
+        forward = ledger.on_countable
+        record = self.counted.setdefault(live.identity, [])
+
+        def on_countable(event: CountableEvent) -> None:
+            record.append((time.monotonic(), event))
+            forward(event)
+
+        ledger.on_countable = on_countable  # type: ignore[method-assign]
+
+    async def _graceful(self, identity: str) -> bool:
+        live = self.live.pop(identity)
+        service = live.service
+        await live.server.begin_graceful_stop()
+        handed_over = service._handed_over is not False
+        await live.serving
+        self.stopped.append(identity)
+        return handed_over
+
+    async def _kill(self, identity: str) -> Killed:
+        live = self.live.pop(identity)
+        service = live.service
+        published = self._published()
+        killed_at = time.monotonic()
+        await service.kill()
+        live.server.should_exit = True
+        live.server.force_exit = True  # a crash: no lifespan shutdown, no release
+        await live.serving
+        # What its last term counted above the published watermark (replays at its takeover included).
+        journal = service.journal
+        floor = published.get("", -1)
+        this_term = {id(e.event) for e in journal._journal if e.counted and e.term == journal._term}
+        above = [
+            (when, event)
+            for when, event in self.counted.get(identity, [])
+            if id(event) in this_term and event.rv > floor
+        ]
+        killed = Killed(identity, killed_at, published, above)
+        self.killed.append(killed)
+        self.stopped.append(identity)
+        return killed
+
+    def _published(self) -> dict[str, int]:
+        try:
+            lease = self._sim().store.get(LEASES, LEASE_NAMESPACE, LEASE_NAME)
+        except StoreError:
+            return {}
+        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        return parse_watermarks({WATERMARK_ANNOTATION: annotations[WATERMARK_ANNOTATION]}) or {}
+
+
+class FleetPrometheus(Prometheus):
+    """tests/support/prom.py's Prometheus, scraping every slot of a fleet under one job, with rule files."""
+
+    def __init__(
+        self, workdir: Path, targets: list[tuple[str, dict[str, str]]], rule_files: list[Path] | None = None
+    ) -> None:
+        super().__init__(workdir, {})
+        self.slot_targets = targets
+        self.rule_files = rule_files or []
+
+    def config(self) -> dict[str, Any]:
+        config = super().config()
+        config["scrape_configs"] = [
+            {
+                "job_name": JOB,
+                "honor_labels": True,  # as the chart's ServiceMonitor
+                "metrics_path": "/metrics",
+                "static_configs": [
+                    {"targets": [address], "labels": labels} for address, labels in self.slot_targets
+                ],
+            }
+        ]
+        if self.rule_files:
+            config["rule_files"] = [str(path) for path in self.rule_files]
+        return config

@@ -1,0 +1,241 @@
+"""What PromQL can see of a counter, computed from the raw samples Prometheus stored.
+
+``increase()`` and ``rate()`` count, per series, the positive differences between consecutive samples,
+and a drop (a counter reset) as its new value; the first sample of a series counts nothing. This module
+reads the raw samples (``/api/v1/query`` of ``metric[range]``: staleness markers are not samples) and adds
+those increments up over every series of every replica, by the labels of the metric's own (the target's
+``pod``/``instance`` differ per replica and term, and are summed over). The tests compare that with the
+simulated cluster's ground truth (app/sim/truth.py): it is what a user of PromQL can ever get out.
+
+Used by tests/e2e/test_promql_exact.py and, over its whole run, by the chaos soak (tests/chaos/soak.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.sim.truth import TruthSnapshot
+from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobStarted
+
+__all__ = [
+    "COUNTED",
+    "Comparison",
+    "Raw",
+    "allowance_of",
+    "born_above_zero",
+    "compare",
+    "event_increments",
+    "select_range",
+    "truth_increments",
+    "visible_increase",
+    "visible_increments",
+]
+
+Key = tuple[str, ...]
+Table = dict[str, dict[Key, float]]
+
+# The Trainer counters a TrainJob event moves (sample name -> the metric's own labels that key it), with
+# histogram _count and _sum samples (a counter each, as far as PromQL is concerned).
+COUNTED: dict[str, tuple[str, ...]] = {
+    "kubeflow_trainer_trainjob_created_total": ("namespace", "runtime_ref"),
+    "kubeflow_trainer_trainjob_finished_total": ("result", "reason", "runtime_ref"),
+    "kubeflow_trainer_trainjob_lifetime_seconds_count": ("result", "runtime_ref"),
+    "kubeflow_trainer_trainjob_lifetime_seconds_sum": ("result", "runtime_ref"),
+    "kubeflow_trainer_trainjob_requested_training_nodes_per_job_count": ("runtime_ref",),
+    "kubeflow_trainer_trainjob_requested_training_nodes_per_job_sum": ("runtime_ref",),
+    "kubeflow_trainer_trainjob_requested_accelerators_count": ("accelerator_class", "runtime_ref"),
+    "kubeflow_trainer_trainjob_requested_accelerators_sum": ("accelerator_class", "runtime_ref"),
+    # Time to running and admission wait (the startup sum is this replica's clock, not the truth's: left out).
+    "kubeflow_trainer_trainjob_startup_seconds_count": ("runtime_ref",),
+    "kubeflow_trainer_trainjob_admission_wait_seconds_count": ("runtime_ref",),
+    "kubeflow_trainer_trainjob_admission_wait_seconds_sum": ("runtime_ref",),
+}
+
+
+class Raw(Protocol):
+    """What is needed of a Prometheus client (tests/support/prom.py's ``Prometheus``): its HTTP API call."""
+
+    def _api(self, path: str, params: Mapping[str, Any]) -> Any: ...
+
+
+def select_range(prom: Raw, expr: str, at: float) -> list[dict[str, Any]]:
+    """An instant query of a range selector (``metric[range]``): the raw samples of every series."""
+    data = prom._api("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+    assert data["resultType"] == "matrix", data["resultType"]
+    return list(data["result"])
+
+
+def visible_increase(values: Iterable[float]) -> float:
+    """One series' samples, in time order: what ``increase()`` over all of them counts (before its
+    extrapolation to the edges of the range)."""
+    total = 0.0
+    previous: float | None = None
+    for value in values:
+        if previous is not None:
+            total += value - previous if value >= previous else value
+        previous = value
+    return total
+
+
+def raw_series(prom: Raw, name: str, at: float, seconds: int, selector: str = "") -> list[dict[str, Any]]:
+    """Every series of ``name`` with its samples in ``(at - seconds, at]``."""
+    return select_range(prom, f"{name}{{{selector}}}[{seconds}s]", at)
+
+
+def visible_increments(
+    prom: Raw, at: float, seconds: int, selector: str = "", names: Sequence[str] = tuple(COUNTED)
+) -> Table:
+    """Per sample name, per key of the metric's own labels: the increments PromQL can see, summed over
+    every series (every replica, every leader term) with samples in the range."""
+    out: Table = {}
+    for name in names:
+        by_key: dict[Key, float] = defaultdict(float)
+        for series in raw_series(prom, name, at, seconds, selector):
+            metric = series["metric"]
+            key = tuple(metric.get(label, "") for label in COUNTED[name])
+            by_key[key] += visible_increase(float(v) for _, v in series["values"])
+        out[name] = {k: v for k, v in by_key.items() if v}
+    return out
+
+
+def born_above_zero(prom: Raw, at: float, seconds: int, selector: str = "") -> list[dict[str, str]]:
+    """The Trainer counter and histogram series (buckets included) whose first sample in the range is
+    above 0: their first increment is invisible to PromQL. Only meaningful for a range that starts before
+    the series were born."""
+    out = []
+    expr = f'{{__name__=~"kubeflow_trainer_trainjob_.+_(total|count|sum|bucket)",{selector}}}[{seconds}s]'
+    for series in select_range(prom, expr, at):
+        if float(series["values"][0][1]) > 0:
+            out.append(dict(series["metric"]))
+    return out
+
+
+def truth_increments(before: TruthSnapshot, after: TruthSnapshot) -> Table:
+    """What the same table must hold: the generator's truth over its run (before -> after)."""
+    out: Table = {name: defaultdict(float) for name in COUNTED}
+    for (ns, ref), n in after.created_since(before).items():
+        out["kubeflow_trainer_trainjob_created_total"][(ns, ref)] += n
+    for key, n in after.finished_since(before).items():
+        out["kubeflow_trainer_trainjob_finished_total"][key] += n
+    for fin in after.terminal_since(before):
+        out["kubeflow_trainer_trainjob_lifetime_seconds_count"][(fin.result, fin.runtime_ref)] += 1
+        out["kubeflow_trainer_trainjob_lifetime_seconds_sum"][(fin.result, fin.runtime_ref)] += max(
+            fin.lifetime_seconds or 0.0, 0.0
+        )
+    for req in after.requests_since(before):
+        out["kubeflow_trainer_trainjob_requested_training_nodes_per_job_count"][(req.runtime_ref,)] += 1
+        out["kubeflow_trainer_trainjob_requested_training_nodes_per_job_sum"][(req.runtime_ref,)] += req.nodes
+        for accelerator_class, count in req.accelerators:  # one observation per class requested
+            accel: Key = (accelerator_class, req.runtime_ref)
+            out["kubeflow_trainer_trainjob_requested_accelerators_count"][accel] += 1
+            out["kubeflow_trainer_trainjob_requested_accelerators_sum"][accel] += count
+    for started in after.started_since(before):
+        out["kubeflow_trainer_trainjob_startup_seconds_count"][(started.runtime_ref,)] += 1
+    for admitted in after.admitted_since(before):
+        out["kubeflow_trainer_trainjob_admission_wait_seconds_count"][(admitted.runtime_ref,)] += 1
+        out["kubeflow_trainer_trainjob_admission_wait_seconds_sum"][(admitted.runtime_ref,)] += (
+            admitted.wait_seconds
+        )
+    return {name: {k: v for k, v in table.items() if v} for name, table in out.items()}
+
+
+@dataclass
+class Comparison:
+    """Visible increments against the truth, per sample name and key."""
+
+    lost: dict[str, dict[Key, float]] = field(default_factory=dict)  # truth above what PromQL sees
+    extra: dict[str, dict[Key, float]] = field(default_factory=dict)  # PromQL above the truth
+    over_allowance: dict[str, dict[Key, float]] = field(default_factory=dict)
+    totals: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (visible, truth)
+
+    @property
+    def exact(self) -> bool:
+        return not self.lost and not self.extra
+
+    def describe(self, limit: int = 8) -> str:
+        parts = [f"totals (visible, truth): {self.totals}"]
+        for what, table in (
+            ("lost", self.lost),
+            ("extra", self.extra),
+            ("over allowance", self.over_allowance),
+        ):
+            for name, keys in table.items():
+                parts.append(f"{what} {name}: {dict(list(keys.items())[:limit])} ({len(keys)} keys)")
+        return "\n".join(parts)
+
+
+def compare(
+    visible: Table,
+    truth: Table,
+    allowance: Mapping[str, Mapping[Key, float]] | None = None,
+    *,
+    names: Sequence[str] | None = None,
+) -> Comparison:
+    """``allowance``: per name and key, how much PromQL may see above the truth (a documented double
+    count, e.g. a killed leader's); never below it. Sums compare with a relative tolerance of 1e-9."""
+    out = Comparison()
+    for name in names or tuple(truth):
+        got, want = visible.get(name, {}), truth.get(name, {})
+        out.totals[name] = (round(sum(got.values()), 6), round(sum(want.values()), 6))
+        for key in got.keys() | want.keys():
+            g, w = got.get(key, 0.0), want.get(key, 0.0)
+            if math.isclose(g, w, rel_tol=1e-9, abs_tol=1e-6):
+                continue
+            if g < w:
+                out.lost.setdefault(name, {})[key] = w - g
+                continue
+            out.extra.setdefault(name, {})[key] = g - w
+            allowed = (allowance or {}).get(name, {}).get(key, 0.0)
+            if g - w > allowed + 1e-6:
+                out.over_allowance.setdefault(name, {})[key] = g - w - allowed
+    return out
+
+
+def event_increments(event: CountableEvent) -> list[tuple[str, Key, float]]:
+    """What one counted event adds, per sample name and key (for an allowance of events that may count
+    twice, e.g. a killed leader's)."""
+    if isinstance(event, JobStarted):
+        return [("kubeflow_trainer_trainjob_startup_seconds_count", (event.runtime_ref,), 1.0)]
+    if isinstance(event, JobAdmitted):
+        wait = max(event.wait_seconds, 0.0)
+        return [
+            ("kubeflow_trainer_trainjob_admission_wait_seconds_count", (event.runtime_ref,), 1.0),
+            ("kubeflow_trainer_trainjob_admission_wait_seconds_sum", (event.runtime_ref,), wait),
+        ]
+    if isinstance(event, JobCreated):
+        ref = event.runtime_ref
+        created: list[tuple[str, Key, float]] = [
+            ("kubeflow_trainer_trainjob_created_total", (event.namespace, ref), 1.0),
+            ("kubeflow_trainer_trainjob_requested_training_nodes_per_job_count", (ref,), 1.0),
+            (
+                "kubeflow_trainer_trainjob_requested_training_nodes_per_job_sum",
+                (ref,),
+                float(event.requested_nodes),
+            ),
+        ]
+        for accelerator_class, count in event.accelerators:  # one observation per class requested
+            accel: Key = (accelerator_class, ref)
+            created.append(("kubeflow_trainer_trainjob_requested_accelerators_count", accel, 1.0))
+            created.append(("kubeflow_trainer_trainjob_requested_accelerators_sum", accel, float(count)))
+        return created
+    key: Key = (event.result, event.runtime_ref)
+    out: list[tuple[str, Key, float]] = [
+        ("kubeflow_trainer_trainjob_finished_total", (event.result, event.reason, event.runtime_ref), 1.0)
+    ]
+    if event.lifetime_seconds is not None and math.isfinite(event.lifetime_seconds):
+        out.append(("kubeflow_trainer_trainjob_lifetime_seconds_count", key, 1.0))
+        out.append(("kubeflow_trainer_trainjob_lifetime_seconds_sum", key, max(event.lifetime_seconds, 0.0)))
+    return out
+
+
+def allowance_of(events: Iterable[CountableEvent]) -> Table:
+    """Per sample name and key, what ``events`` add up to."""
+    out: dict[str, dict[Key, float]] = defaultdict(lambda: defaultdict(float))
+    for event in events:
+        for name, key, amount in event_increments(event):
+            out[name][key] += amount
+    return {name: dict(keys) for name, keys in out.items()}

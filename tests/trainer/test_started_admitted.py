@@ -1,0 +1,326 @@
+"""Time to running and admission wait at the TrainerState layer: each a countable edge observed at most once
+per uid, with the initial-list rule of ``finished`` mirrored (app/trainer/state.py module docstring)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from app.handover.settle import AT_FLOOR_RESUMED, AT_FLOOR_RUNNING, AT_FLOOR_TERMINAL, counted_before
+from app.trainer.events import JobAdmitted, JobCreated, JobFinished, JobStarted
+from app.trainer.projections import TrainJobProjection
+from app.trainer.projectors import TRAINJOB_PROJECTOR, TrainJobProjector
+from app.trainer.state import TrainerState
+from app.trainer.wire import JobStatus, TrainJobWire
+from tests.support.sinks import RecordingSink
+
+from .test_state import TORCH, Clock, runtime
+
+CREATED = "2025-06-01T10:00:00Z"
+CREATED_EPOCH = 1748772000.0
+ADMITTED = "2025-06-01T10:07:30Z"  # 450 s after creation
+WALL = CREATED_EPOCH + 1000.0
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.now = WALL
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def job(
+    name: str = "j1",
+    *,
+    rv: int = 10,
+    uid: str | None = None,
+    runtime_name: str = "torch-distributed",
+    suspend: bool = False,
+    suspended: bool = False,  # the Suspended condition True
+    resumed: str | None = None,  # lastTransitionTime of a Suspended=False/Resumed condition
+    ready: bool = False,
+    complete: bool = False,
+) -> TrainJobProjection:
+    conditions: list[dict[str, Any]] = []
+    if suspended:
+        conditions.append({"type": "Suspended", "status": "True", "reason": "Suspended"})
+    elif resumed is not None:
+        conditions.append(
+            {"type": "Suspended", "status": "False", "reason": "Resumed", "lastTransitionTime": resumed}
+        )
+    if complete:
+        conditions.append(
+            {
+                "type": "Complete",
+                "status": "True",
+                "reason": "AllJobsCompleted",
+                "lastTransitionTime": ADMITTED,
+            }
+        )
+    obj = {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": uid or f"uid-{name}",
+            "resourceVersion": str(rv),
+            "generation": 1,
+            "creationTimestamp": CREATED,
+        },
+        "spec": {"runtimeRef": {"name": runtime_name}, "suspend": suspend},
+        "status": {
+            "conditions": conditions,
+            "jobsStatus": [{"name": "node", "active": 1, "ready": int(ready)}],
+        },
+    }
+    p = TRAINJOB_PROJECTOR.from_json(obj)
+    assert p is not None
+    # The typed path reads the same (both paths feed the same rules).
+    typed = TRAINJOB_PROJECTOR.from_wire(
+        msgspec.json.decode(msgspec.json.encode(obj), type=TRAINJOB_PROJECTOR.wire_type)
+    )
+    assert typed == p
+    return p
+
+
+def make() -> tuple[TrainerState, RecordingSink, Wall]:
+    sink, wall = RecordingSink(), Wall()
+    state = TrainerState(sink, clock=Clock(), wall_clock=wall)
+    state.runtime_handler.on_added(runtime(), True)
+    return state, sink, wall
+
+
+def started(sink: RecordingSink) -> list[JobStarted]:
+    return [e for e in sink.events if isinstance(e, JobStarted)]
+
+
+def admitted(sink: RecordingSink) -> list[JobAdmitted]:
+    return [e for e in sink.events if isinstance(e, JobAdmitted)]
+
+
+class Driver:
+    """Feeds successive states of one job as the informer would (add, then updates)."""
+
+    def __init__(self, state: TrainerState, first: TrainJobProjection, *, initial: bool) -> None:
+        self.state = state
+        self.current = first
+        state.job_handler.on_added(first, initial)
+
+    def to(self, new: TrainJobProjection) -> None:
+        self.state.job_handler.on_updated(self.current, new)
+        self.current = new
+
+
+def test_a_job_seen_running_for_the_first_time_is_observed_once() -> None:
+    state, sink, wall = make()
+    d = Driver(state, job(rv=10), initial=False)
+    d.to(job(rv=11, ready=True))
+    assert started(sink) == [JobStarted(11, "uid-j1", TORCH, 1000.0, "team-a")]
+    # Pods lost (pending again), then ready again; preempted and resumed; resyncs: never again.
+    wall.now += 50
+    d.to(job(rv=12))
+    d.to(job(rv=13, ready=True))
+    d.to(job(rv=14, ready=True))
+    d.to(job(rv=15, suspend=True, suspended=True))
+    d.to(job(rv=16, resumed=ADMITTED))
+    d.to(job(rv=17, resumed=ADMITTED, ready=True))
+    d.to(job(rv=18, complete=True))
+    assert len(started(sink)) == 1
+    # Resumed after it ran: a re-admission, not an admission wait.
+    assert admitted(sink) == []
+    assert not state._ran and not state._admitted  # the terminal set guards it now
+
+
+def test_running_in_the_initial_list_is_never_observed() -> None:
+    """As a job terminal in the initial list is never counted finished: it started before we looked."""
+    state, sink, _ = make()
+    d = Driver(state, job(rv=10, ready=True), initial=True)
+    d.to(job(rv=11))  # pending again
+    d.to(job(rv=12, ready=True))
+    assert started(sink) == [] and sink.events == []
+
+
+def test_pending_in_the_initial_list_is_observed_when_it_runs() -> None:
+    state, sink, _ = make()
+    d = Driver(state, job(rv=10), initial=True)
+    d.to(job(rv=11, ready=True))
+    assert [e.rv for e in started(sink)] == [11]
+    assert [type(e) for e in sink.events] == [JobStarted]  # not created: it was in the initial list
+
+
+def test_first_seen_after_the_initial_list_already_running_counts_created_and_started() -> None:
+    """Created and started while the watch was down: a relist finds it running (``since`` tags both)."""
+    state, sink, _ = make()
+    state.job_handler.on_relist(7)
+    state.job_handler.on_added(job(rv=20, ready=True), False)
+    state.job_handler.on_relist(None)
+    assert [(type(e), e.rv, e.since) for e in sink.events] == [(JobCreated, 20, 7), (JobStarted, 20, 7)]
+
+
+def test_a_job_that_finishes_without_running_is_not_observed() -> None:
+    state, sink, _ = make()
+    d = Driver(state, job(rv=10), initial=False)
+    d.to(job(rv=11, complete=True))
+    assert started(sink) == []
+    # ... and one first seen terminal (created, run and finished in a gap) neither: when it ran is unknown.
+    state.job_handler.on_added(job("j2", rv=12, resumed=ADMITTED, complete=True), False)
+    assert started(sink) == [] and admitted(sink) == []
+    assert len([e for e in sink.events if isinstance(e, JobFinished)]) == 2
+
+
+def test_admission_wait_of_a_job_created_suspended() -> None:
+    state, sink, _ = make()
+    d = Driver(state, job(rv=10, suspend=True), initial=False)  # Kueue creates it suspended
+    d.to(job(rv=11, suspend=True, suspended=True))  # the controller's Suspended=True
+    d.to(job(rv=12, suspended=True))  # Kueue admits: spec.suspend false; the condition still True
+    assert admitted(sink) == []
+    d.to(job(rv=13, resumed=ADMITTED))  # the controller: Suspended=False/Resumed
+    assert admitted(sink) == [JobAdmitted(13, "uid-j1", TORCH, 450.0, "team-a")]
+    d.to(job(rv=14, resumed=ADMITTED, ready=True))
+    assert [e.rv for e in started(sink)] == [14]
+    # Preempted and admitted again: neither edge again.
+    d.to(job(rv=15, suspend=True, suspended=True))
+    d.to(job(rv=16, resumed="2025-06-01T11:00:00Z"))
+    d.to(job(rv=17, resumed="2025-06-01T11:00:00Z", ready=True))
+    assert len(admitted(sink)) == 1 and len(started(sink)) == 1
+
+
+def test_admission_rules_of_the_initial_list() -> None:
+    state, sink, _ = make()
+    # Already resumed in the initial list: admitted before we looked, never observed (also not after a
+    # preemption and a second admission).
+    a = Driver(state, job("a", rv=10, resumed=ADMITTED), initial=True)
+    a.to(job("a", rv=11, suspend=True, suspended=True))
+    a.to(job("a", rv=12, resumed="2025-06-01T12:00:00Z"))
+    # Suspended in the initial list: its admission is observed.
+    b = Driver(state, job("b", rv=13, suspend=True, suspended=True), initial=True)
+    b.to(job("b", rv=14, resumed=ADMITTED))
+    assert [(e.uid, e.rv) for e in admitted(sink)] == [("uid-b", 14)]
+
+
+def test_a_job_resumed_after_it_ran_is_no_admission() -> None:
+    """Suspended by hand (or preempted) after it ran: its Resumed condition is not an admission wait."""
+    state, sink, _ = make()
+    d = Driver(state, job(rv=10), initial=False)
+    d.to(job(rv=11, ready=True))
+    d.to(job(rv=12, suspend=True, suspended=True))
+    d.to(job(rv=13, resumed=ADMITTED))
+    assert admitted(sink) == [] and len(started(sink)) == 1
+
+
+def test_edges_of_a_job_waiting_for_its_runtime_wait_behind_its_created_edge() -> None:
+    """A hand-over watermark at a started edge must never cover its created edge uncounted."""
+    state, sink, _ = make()
+    later = "deepspeed-distributed"  # not known yet: its created edge waits for it (app/trainer/pending.py)
+    d = Driver(state, job(rv=10, suspend=True, suspended=True, runtime_name=later), initial=False)
+    d.to(job(rv=11, resumed=ADMITTED, runtime_name=later))
+    d.to(job(rv=12, resumed=ADMITTED, ready=True, runtime_name=later))
+    assert sink.events == []
+    state.runtime_handler.on_added(runtime(later), False)
+    assert [(type(e), e.rv) for e in sink.events] == [(JobCreated, 10), (JobAdmitted, 11), (JobStarted, 12)]
+
+
+def test_a_spurious_delete_and_re_add_recounts_nothing() -> None:
+    state, sink, _ = make()
+    d = Driver(state, job(rv=10, suspend=True, suspended=True), initial=False)
+    d.to(job(rv=11, resumed=ADMITTED))
+    d.to(job(rv=12, resumed=ADMITTED, ready=True))
+    state.job_handler.on_deleted(d.current)
+    state.job_handler.on_added(job(rv=13, resumed=ADMITTED, ready=True), False)
+    assert [type(e) for e in sink.events] == [JobCreated, JobAdmitted, JobStarted]
+    # ... also when it was preempted (not running, not resumed) at the delete.
+    d2 = Driver(state, job("b", rv=20), initial=False)
+    d2.to(job("b", rv=21, ready=True))
+    d2.to(job("b", rv=22, suspend=True, suspended=True))
+    state.job_handler.on_deleted(d2.current)
+    state.job_handler.on_added(job("b", rv=23, resumed=ADMITTED, ready=True), False)
+    assert [type(e) for e in sink.events][3:] == [JobCreated, JobStarted]
+
+
+def test_status_writes_that_change_nothing_cost_no_edge_work() -> None:
+    """The per-event path: a job whose state and Resumed condition did not change keeps no entry and emits
+    nothing, however many status writes come."""
+    state, sink, _ = make()
+    d = Driver(state, job(rv=10, ready=True), initial=False)
+    for rv in range(11, 200):
+        d.to(job(rv=rv, ready=True))
+    assert [type(e) for e in sink.events] == [JobCreated, JobStarted]
+    assert not state._ran and not state._admitted
+
+
+def test_negative_startup_from_clock_skew_is_zero() -> None:
+    state, sink, wall = make()
+    wall.now = CREATED_EPOCH - 5  # this replica's clock behind the API server's
+    d = Driver(state, job(rv=10), initial=False)
+    d.to(job(rv=11, ready=True))
+    assert started(sink)[0].startup_seconds == 0.0
+
+
+@pytest.mark.parametrize(
+    ("event", "bits", "counted"),
+    [
+        (JobStarted(5, "u", TORCH, 1.0), AT_FLOOR_RUNNING, True),
+        (JobStarted(5, "u", TORCH, 1.0), 0, False),  # pending (or absent) at the floor
+        (JobStarted(5, "u", TORCH, 1.0), AT_FLOOR_RESUMED, False),
+        (JobAdmitted(5, "u", TORCH, 1.0), AT_FLOOR_RESUMED, True),
+        (JobAdmitted(5, "u", TORCH, 1.0), AT_FLOOR_RESUMED | AT_FLOOR_RUNNING, True),
+        (JobAdmitted(5, "u", TORCH, 1.0), 0, False),  # still suspended at the floor
+        (JobFinished(5, "u", "succeeded", "none", TORCH, 1.0), AT_FLOOR_TERMINAL, True),
+        (JobFinished(5, "u", "succeeded", "none", TORCH, 1.0), AT_FLOOR_RUNNING, False),
+    ],
+)
+def test_an_uncertain_edge_is_settled_from_the_state_at_the_floor(
+    event: JobStarted | JobAdmitted | JobFinished, bits: int, counted: bool
+) -> None:
+    assert counted_before(event, {"u": bits}) is counted
+
+
+def test_resumed_condition_and_trainer_status_are_projected_alike_on_both_paths() -> None:
+    projector = TrainJobProjector(trainer_status=True, max_trainer_metrics=2)
+    obj = {
+        "metadata": {
+            "name": "a",
+            "namespace": "ns",
+            "uid": "u-1",
+            "resourceVersion": "3",
+            "creationTimestamp": CREATED,
+        },
+        "spec": {"runtimeRef": {"name": "torch-distributed"}},
+        "status": {
+            "conditions": [
+                {"type": "Suspended", "status": "False", "reason": "Resumed", "lastTransitionTime": ADMITTED}
+            ],
+            "trainerStatus": {
+                "progressPercentage": 40,
+                "estimatedRemainingSeconds": 900,
+                "lastUpdatedTime": ADMITTED,
+                "metrics": [
+                    {"name": "loss", "value": "0.2500"},
+                    {"name": "checkpoint", "value": "s3://bucket/ckpt-300"},
+                    {"name": "loss", "value": "0.1"},
+                    {"name": "eval_accuracy", "value": "0.93"},
+                    {"name": "lr", "value": "3e-05"},
+                ],
+            },
+        },
+    }
+    tolerant = projector.from_json(obj)
+    typed = projector.from_wire(msgspec.json.decode(msgspec.json.encode(obj), type=projector.wire_type))
+    assert typed == tolerant and tolerant is not None
+    assert tolerant.resumed and tolerant.resumed_time == CREATED_EPOCH + 450
+    progress = tolerant.progress
+    assert progress is not None
+    assert progress.percent == 40.0 and progress.remaining_seconds == 900.0
+    assert progress.updated == CREATED_EPOCH + 450
+    assert progress.metrics == (("loss", 0.25), ("eval_accuracy", 0.93))
+    assert (progress.skipped_unparsable, progress.skipped_invalid_name, progress.skipped_over_cap) == (
+        1,
+        1,
+        1,
+    )
+    # Off (the default projector), trainerStatus is not read at all: only the resumed time is kept.
+    plain = TRAINJOB_PROJECTOR.from_json(obj)
+    assert plain is not None and plain.progress is None and plain.resumed_time == CREATED_EPOCH + 450
+    assert TRAINJOB_PROJECTOR.wire_type is TrainJobWire and "trainerStatus" not in JobStatus.__struct_fields__
