@@ -89,6 +89,14 @@ ROWS = (
         digits=0,
     ),
     Row(
+        "P3",
+        "per-TrainJob series on: RSS after the P4 scrapes (bodies cached)",
+        "p3_rss_big_per_job_scraped",
+        "MiB",
+        scale=1 / 2**20,
+        digits=1,
+    ),
+    Row(
         "P4",
         "per-TrainJob series on (every job): `/metrics` p50, text + gzip",
         "p4_per_job_p50",

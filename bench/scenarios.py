@@ -442,6 +442,8 @@ def per_trainjob_at_scale(
         res.fig("p4_per_job_p99").add(percentile(lat, 99))
         lat = asyncio.run(_scrapes(base, scrapes, PROM_DEFAULT))
         res.fig("p4_per_job_om_p50").add(percentile(lat, 50))
+        # ... and once scraped: the cached bodies (text, OpenMetrics, their gzip segments) are held too.
+        res.fig("p3_rss_big_per_job_scraped").add(rss_bytes(service.pid))
         service.stop()
 
 

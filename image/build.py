@@ -63,6 +63,7 @@ SITE_PACKAGES = f"{VENV}/lib/{PYTHON}/site-packages"
 UID = GID = 65532  # the chart's securityContext (and the Dockerfile's USER)
 ENTRYPOINT = [f"{VENV}/bin/trainer-metrics"]
 PORT = 8080
+PROBE_PORT = 8081  # the probe-only listener (TRAINER_METRICS_PROBE_PORT default)
 # The same run-time environment as the Dockerfile's final stage (tests/deploy/test_image.py keeps them equal).
 ENV = {
     "PATH": f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -516,7 +517,8 @@ def oci_image(rootfs: Path, layout: Path, tag: str, labels: dict[str, str], crea
         "image/build.py: configuration",
     ]
     config += ["--config.user", f"{UID}:{GID}", "--config.workingdir", "/"]
-    config += ["--config.exposedports", f"{PORT}/tcp", "--clear=config.cmd", "--clear=config.env"]
+    config += ["--config.exposedports", f"{PORT}/tcp", "--config.exposedports", f"{PROBE_PORT}/tcp"]
+    config += ["--clear=config.cmd", "--clear=config.env"]
     for arg in ENTRYPOINT:
         config += ["--config.entrypoint", arg]
     for key, value in ENV.items():

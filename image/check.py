@@ -65,7 +65,8 @@ def check_config(layout: Path, tag: str, report: dict[str, Any]) -> dict[str, An
     expect(cfg.get("User") == f"{UID}:{GID}", f"image user is {cfg.get('User')!r}, want {UID}:{GID}")
     expect(cfg.get("Entrypoint") == ENTRYPOINT, f"entrypoint is {cfg.get('Entrypoint')!r}")
     expect(not cfg.get("Cmd"), f"a Cmd would be appended to every `args:` of the chart: {cfg.get('Cmd')!r}")
-    expect("8080/tcp" in (cfg.get("ExposedPorts") or {}), "port 8080 is not exposed")
+    for port in ("8080/tcp", "8081/tcp"):
+        expect(port in (cfg.get("ExposedPorts") or {}), f"port {port} is not exposed")
     version = project()["project"]["version"]
     expect(labels.get("org.opencontainers.image.version") == version, f"version label != {version}")
     for key in ("revision", "source", "created", "title", "licenses"):

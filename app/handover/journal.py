@@ -11,7 +11,8 @@ between TrainerState and TrainerMetricState on every replica:
   leading or not; while leading they are also counted at once and ``watermark`` (highest rv counted)
   advances;
 * ``start_leading(previous_watermark)`` counts the remembered events with ``rv > previous_watermark``
-  that this replica has not counted itself, then counts live events with ``rv > previous_watermark``;
+  (but those a scrape of this replica showed, see Terms), then counts live events with
+  ``rv > previous_watermark``;
   a live event with ``rv <= previous_watermark`` was already counted by the previous leader (it reached
   this replica late) and is skipped;
 * ``pause_counting()`` stops counting but keeps leading (a graceful stop, while the last counts are
@@ -34,8 +35,9 @@ Guarantee:
   nothing lost, nothing counted twice: the old leader counted exactly the events with rv up to its
   watermark, the new one counts exactly those above it;
 * crash or lost Lease (the last published watermark is older than what the old leader counted):
-  nothing lost; the events counted by the old leader after its last publication, at most one renew
-  period of events, are counted again by the new leader;
+  nothing lost; the events counted by the old leader above its last publication are counted again by
+  the new leader (with served watermarks: those of about the last hold + scrape interval + renew
+  period; only those a scrape had shown count twice in PromQL, docs/leadership.md);
 * a replica that leads again never shows twice what a scrape showed of its own counts (journal entries
   are marked ``seen``); what it counted but no scrape showed is counted again if above the floor.
 

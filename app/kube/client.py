@@ -33,6 +33,7 @@ from kubernetes_asyncio.config.incluster_config import (
     InClusterConfigLoader,
 )
 
+_NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
 log = logging.getLogger(__name__)
 
 _AUTH_SETTINGS = ["BearerToken"]
@@ -282,7 +283,11 @@ class KubeClient:
                     query=query,
                     body=body,
                     content_type=content_type,
-                    timeout=aiohttp.ClientTimeout(total=timeout),
+                    # Only the asyncio.timeout above bounds the request. A second, aiohttp-level deadline
+                    # expiring in the same loop iteration as a caller's asyncio.timeout (a lagging loop)
+                    # uncancels twice and swallows the caller's cancellation: a hung Lease renew then
+                    # never ends its renew round and the leader keeps exporting past its Lease.
+                    timeout=_NO_CLIENT_TIMEOUT,
                 )
                 try:
                     await self._raise_for_status(resp)

@@ -278,6 +278,11 @@ class LeaseElector:
                     rec = self._observed_record
                     if rec is not None and rec.holder_identity not in ("", cfg.identity):
                         return f"lease taken by {rec.holder_identity}"
+                    # The deadline is checked by our clock too, not only by the timeout's cancellation:
+                    # an attempt swallows every failure, and a cancellation lost inside a library's
+                    # own timeout handling must not keep a leader renewing past its deadline.
+                    if self._clock() >= deadline:
+                        raise TimeoutError
                     await asyncio.sleep(cfg.retry_period)
         except TimeoutError:
             return f"no successful renew within renew_deadline ({cfg.renew_deadline:g} s)"

@@ -2,8 +2,8 @@
 JSON, valid JSON of the wrong shape, deep nesting, huge lines) and accounts for every line: an event,
 a bookmark, an ERROR (which stops the watch by design), or a skipped object counted by reason.
 
-Driven through the informer's real list/watch loop over a fake client (tests/kube/fakes.py): one line per
-chunk to account for each line, arbitrary chunk boundaries for the chunking and the size cap, and
+Driven through the informer's real list/watch loop over a fake client (tests/support/informer_fakes.py): one
+line per chunk to account for each line, arbitrary chunk boundaries for the chunking and the size cap, and
 ``Decoder.page`` for LIST pages. The real TrainJob projector and a real TrainerState are behind it, so a
 handler_error count would reveal a state bug too.
 """

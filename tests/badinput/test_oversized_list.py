@@ -106,19 +106,23 @@ def trainjob(name: str, padding: int = 0) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def sim(tmp_path: Path) -> AsyncIterator[tuple[SimulatedCluster, KubeClient]]:
-    async with SimulatedCluster(watch_timeout=(30.0, 30.0), bookmark_interval=0.5) as cluster:
-        client = await KubeClient.connect(str(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
-        try:
-            yield cluster, client
-        finally:
-            await client.close()
+def sim_options() -> dict[str, Any]:
+    return {"watch_timeout": (30.0, 30.0), "bookmark_interval": 0.5}  # tests/conftest.py: sim
+
+
+@pytest.fixture
+async def client(kubeconfig: Path) -> AsyncIterator[KubeClient]:
+    kube = await KubeClient.connect(str(kubeconfig))
+    try:
+        yield kube
+    finally:
+        await kube.close()
 
 
 async def test_oversized_object_stays_out_across_watch_and_relist(
-    sim: tuple[SimulatedCluster, KubeClient],
+    sim: SimulatedCluster, client: KubeClient
 ) -> None:
-    cluster, client = sim
+    cluster = sim
     cluster.store.create(TRAINJOBS, "team1", trainjob("small"))
     cluster.store.create(TRAINJOBS, "team1", trainjob("big", padding=LIMIT + 1000))
     limits: list[str] = []

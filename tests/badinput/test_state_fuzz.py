@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.trainer import rules
-from app.trainer.events import CountableEvent, JobCreated, JobFinished
+from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
 from app.trainer.projections import TrainJobProjection
 from app.trainer.projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
@@ -54,6 +54,10 @@ def check_event(e: CountableEvent) -> None:
             assert isinstance(count, int) and count >= 0
             assert cls != rules.NONE or count == 0
         assert len({cls for cls, _ in e.accelerators}) == len(e.accelerators)
+    elif isinstance(e, JobStarted):
+        assert S.finite_nonneg(e.startup_seconds)
+    elif isinstance(e, JobAdmitted):
+        assert S.finite_nonneg(e.wait_seconds)
     else:
         assert isinstance(e, JobFinished)
         assert e.result in rules.RESULTS
@@ -172,6 +176,10 @@ def test_state_survives_adversarial_jobs_and_runtimes(
     finished = [e.uid for e in sink.events if isinstance(e, JobFinished)]
     assert len(created) == len(set(created))
     assert len(finished) == len(set(finished))
+    # ... and seen starting (time to running) and admitted at most once each
+    for kind in (JobStarted, JobAdmitted):
+        uids = [e.uid for e in sink.events if isinstance(e, kind)]
+        assert len(uids) == len(set(uids)), kind
     # logged once: at most one WARNING per uid over add + update (a delete forgets it, by design)
     per_uid: dict[str, int] = {}
     for rec in records.records:

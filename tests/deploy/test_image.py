@@ -115,7 +115,7 @@ def dockerfile_env() -> dict[str, str]:
 def test_the_debian_image_runs_like_the_dockerfile_image() -> None:
     final = dockerfile_final_stage()
     assert final["USER"] == f"{build.UID}:{build.GID}"
-    assert final["EXPOSE"] == str(build.PORT)
+    assert final["EXPOSE"] == f"{build.PORT} {build.PROBE_PORT}"
     # Same program: the Dockerfile's `trainer-metrics` resolves through PATH to /opt/venv/bin.
     assert final["ENTRYPOINT"] == '["trainer-metrics"]'
     assert build.ENTRYPOINT == ["/opt/venv/bin/trainer-metrics"]

@@ -24,7 +24,6 @@ from app.main import create_app
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
 from app.sim.truth import TruthSnapshot
-
 from tests.support.prom import SCRAPE_INTERVAL_SECONDS
 from tests.support.waiting import eventually
 

@@ -426,10 +426,12 @@ WORKLOAD_ALERTS = {
         f"sum by (cluster, runtime_ref) (increase(kubeflow_trainer_trainjob_finished_total{{{SEL}}}[1h]))",
     ],
     "KubeflowTrainJobsPendingTooLong": [
-        f'max by (cluster, namespace, runtime_ref) (kubeflow_trainer_trainjobs{{{SEL}, state="pending"}})'
+        "max by (cluster, namespace, runtime_ref) "
+        f'(last_over_time(kubeflow_trainer_trainjobs{{{SEL}, state="pending"}}[3m]))'
     ],
     "KubeflowTrainJobsSuspendedTooLong": [
-        f'max by (cluster, namespace, runtime_ref) (kubeflow_trainer_trainjobs{{{SEL}, state="suspended"}})'
+        "max by (cluster, namespace, runtime_ref) "
+        f'(last_over_time(kubeflow_trainer_trainjobs{{{SEL}, state="suspended"}}[3m]))'
     ],
     # Per-TrainJob series (on in simulate mode): no job of this run is two hours old, but its parts have data.
     "KubeflowTrainJobStuckPending": [

@@ -49,6 +49,16 @@ PROBE_NAMESPACE = "alert-probe"  # one TrainJob that stays pending throughout: t
 PENDING_ALERT = "KubeflowTrainJobsPendingTooLong"
 
 
+# Compared exactly (within the kill's allowance) across replicas. Time to running and admission wait are
+# left out: they count a TrainJob's first running / admitted state *this replica saw*, and a replica started
+# after a job first ran, then saw it preempted and running again, counts a start the first replica had
+# counted already (app/trainer/state.py, JobStarted/JobAdmitted: once per uid per replica). A rolling
+# restart makes such a replica the leader; it is a limit of those two edges, not of what PromQL sees.
+EXACT_ACROSS_REPLICAS = [
+    name for name in COUNTED if "_startup_seconds" not in name and "_admission_wait_seconds" not in name
+]
+
+
 @dataclass
 class Run:
     fleet: Fleet
@@ -264,22 +274,26 @@ def test_every_graceful_hand_over_waited_until_its_counts_were_scraped(fleet_run
 def test_promql_sees_every_count_across_hand_overs_and_a_kill_doubles_only_its_allowance(
     fleet_run: Run,
 ) -> None:
-    """Never below the truth; above it only by the documented crash bound: what the killed leader counted
-    above its last published (served) watermark and a scrape had shown, which is at most what it counted
-    in the last 2 x hold + 2 scrape intervals + one renew period before the crash (docs/leadership.md; the
-    graceful hand-overs add nothing). Half a second on top for this busy machine's renew latency."""
-    window = 2 * HOLD + 2 * SCRAPE_INTERVAL_SECONDS + REPLICA_SETTINGS["retry_period_seconds"] + 0.5
-    bound = allowance_of(e for killed in fleet_run.killed for e in killed.counted_within(window))
-    result: Comparison = compare(fleet_run.visible(), fleet_run.truth(), bound)
+    """Never below the truth; above it only by the documented crash bound (docs/leadership.md): what the
+    killed leader counted above its last published (served) watermark and a scrape had already shown. The
+    graceful hand-overs add nothing. The time form of the bound (the counts of the last 2 x hold + 2 scrape
+    intervals + 1 renew period) is printed, not asserted: on this shared machine scrapes and renewals come
+    late, and the bound is in actual scrape intervals."""
+    above = [event for killed in fleet_run.killed for _, event in killed.above]
+    visible, truth = fleet_run.visible(), fleet_run.truth()
+    result: Comparison = compare(visible, truth, allowance_of(above), names=EXACT_ACROSS_REPLICAS)
     assert not result.lost, result.describe()
     assert not result.over_allowance, result.describe()
-    above = sum(len(killed.above) for killed in fleet_run.killed)
+    # Time to running and admission wait: never lost either; they may count more (see EXACT_ACROSS_REPLICAS).
+    first_seen = compare(visible, truth, names=[n for n in COUNTED if n not in EXACT_ACROSS_REPLICAS])
+    assert not first_seen.lost, first_seen.describe()
+    window = 2 * HOLD + 2 * SCRAPE_INTERVAL_SECONDS + REPLICA_SETTINGS["retry_period_seconds"]
     recent = sum(len(killed.counted_within(window)) for killed in fleet_run.killed)
-    doubled = sum(sum(keys.values()) for keys in result.extra.values())
+    doubled = sum(sum(keys.values()) for name, keys in result.extra.items() if not name.endswith("_sum"))
     print(
-        f"\nkilled leader: {above} counts above its published watermark, {recent} in the last {window:g} s;"
+        f"\nkilled leader: {len(above)} counts above its published watermark, {recent} of them in the last "
+        f"{window:g} s; extra increments PromQL saw (counters and _count): {doubled:g}\n{result.describe()}"
     )
-    print(f"extra increments PromQL saw, all sample names: {doubled:g}\n{result.describe()}")
 
 
 def test_every_term_series_is_born_at_zero(fleet_run: Run) -> None:
@@ -293,6 +307,9 @@ def test_sum_increase_over_the_run_is_never_below_the_truth(fleet_run: Run) -> N
     per ended series: a few percent here)."""
     allowance = allowance_of(event for killed in fleet_run.killed for _, event in killed.above)
     for name, (got, want) in sum_increase(fleet_run).items():
+        if name not in EXACT_ACROSS_REPLICAS:
+            assert got >= want - 1e-6, (name, got, want)
+            continue
         allowed = sum(allowance.get(name, {}).values())
         assert want - 1e-6 <= got <= (want + allowed) * 1.15 + 1e-6, (name, got, want, allowed)
 

@@ -428,12 +428,6 @@ async def test_unresponsive_leader_stops_before_takeover(
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="app bug: aiohttp's request timeout, firing in the same loop iteration as the elector's renew "
-    "deadline, consumes the deadline's cancellation; the renew round then never ends and the leader keeps "
-    "exporting after its Lease expired (two exporters). Remove this marker once app/kube is fixed.",
-)
 async def test_hung_renew_stops_the_leader_even_when_the_loop_lags_past_the_deadline(
     sim: SimulatedCluster, second_server: SimulatedCluster, tmp_path: Path
 ) -> None:

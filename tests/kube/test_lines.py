@@ -62,3 +62,47 @@ def test_chunk_boundaries_do_not_change_the_lines(lines: list[bytes], cuts: list
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
     chunks = [data[a:b] for a, b in itertools.pairwise(points) if b > a]
     assert split(chunks) == (lines, False)
+
+
+# --- feed_blocks: the same lines, joined as they arrived, in bounded blocks ------------------------
+
+
+def split_blocks(
+    chunks: list[bytes], max_bytes: int, block_bytes: int, block_lines: int
+) -> tuple[list[bytes], bool]:
+    splitter = LineSplitter(max_bytes)
+    out: list[bytes] = []
+    for chunk in chunks:
+        blocks, oversized = splitter.feed_blocks(chunk, block_bytes, block_lines)
+        for block in blocks:
+            lines = block.split(b"\n")
+            assert len(lines) <= block_lines
+            assert len(block) <= block_bytes + max(len(line) for line in lines) + 1
+            out += [line for line in lines if line]
+        if oversized:
+            return out, True
+    return out, False
+
+
+@given(
+    st.binary(max_size=120).map(lambda b: b.replace(b"a", b"\n").replace(b"b", b"\r")),
+    st.lists(st.integers(0, 200), max_size=6),
+    st.integers(1, 30),
+    st.integers(1, 40),
+    st.integers(1, 6),
+)
+def test_blocks_hold_exactly_the_lines_of_feed(
+    data: bytes, cuts: list[int], max_bytes: int, block_bytes: int, block_lines: int
+) -> None:
+    # Any bytes, empty lines, long lines, any chunk boundaries: the same lines and the same stop point.
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    chunks = [data[a:b] for a, b in itertools.pairwise(points) if b > a]
+    assert split_blocks(chunks, max_bytes, block_bytes, block_lines) == split(chunks, max_bytes)
+
+
+def test_blocks_are_cut_by_lines_and_bytes() -> None:
+    splitter = LineSplitter(1024)
+    blocks, oversized = splitter.feed_blocks(b"a\nb\nc\nd\ne\npartial", 1000, 2)
+    assert blocks == [b"a\nb", b"c\nd", b"e"] and not oversized
+    blocks, _ = splitter.feed_blocks(b"\n" + b"x" * 10 + b"\n" + b"y" * 10 + b"\nz\n", 5, 64)
+    assert blocks == [b"partial", b"x" * 10, b"y" * 10, b"z"]

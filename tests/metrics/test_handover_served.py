@@ -4,9 +4,13 @@ it counted (app/handover/served.py). Clock injected; a "scrape" is a served rend
 from __future__ import annotations
 
 import asyncio
+import signal
+from types import SimpleNamespace
 
 import pytest
+import uvicorn
 
+from app.graceful import HandOverOnExit
 from app.handover.journal import CountJournal
 from app.handover.served import ServedLedger
 from app.metrics.trainer_metrics import TrainerMetricState
@@ -170,3 +174,42 @@ async def test_wait_change_returns_at_the_next_render() -> None:
     state.render_text()
     await asyncio.wait_for(waiter, 1.0)
     assert ledger.last_render is not None
+
+
+class _FakeService:
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.handed_over = False
+
+    async def hand_over(self) -> bool:
+        await self.release.wait()
+        self.handed_over = True
+        return True
+
+
+async def test_the_first_sigterm_hands_over_before_the_server_shuts_down() -> None:
+    """app/graceful.py: uvicorn would stop serving at once; the first signal runs Service.hand_over() with
+    the server still up, and only then lets uvicorn exit (re-raising the signal at the end, as usual); a
+    second signal during the wait exits at once."""
+    class Server(HandOverOnExit, uvicorn.Server):
+        pass
+
+    service = _FakeService()
+    app = SimpleNamespace(state=SimpleNamespace(service=service))
+    server = Server(uvicorn.Config(app, lifespan="off"))
+    server.handle_exit(signal.SIGTERM, None)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert server._hand_over_task is not None and not server.should_exit  # still serving: handing over
+    service.release.set()
+    await server._hand_over_task
+    assert service.handed_over and server.should_exit
+    assert server._captured_signals == [signal.SIGTERM]
+
+    impatient = Server(uvicorn.Config(SimpleNamespace(state=SimpleNamespace(service=_FakeService()))))
+    impatient.handle_exit(signal.SIGTERM, None)
+    await asyncio.sleep(0)
+    impatient.handle_exit(signal.SIGTERM, None)  # a second signal: no more waiting
+    assert impatient.should_exit
+    assert impatient._hand_over_task is not None
+    impatient._hand_over_task.cancel()

@@ -79,6 +79,7 @@ def test_cli_prints_one_line_and_exits_2_on_bad_setting(
     [
         (["--simulate", "--sim-rate", "-1"], {}, "invalid setting sim_rate (TRAINER_METRICS_SIM_RATE)"),
         (["--simulate"], {"SIM_JOBS": "many"}, "invalid setting sim_jobs (TRAINER_METRICS_SIM_JOBS)"),
+        (["--simulate"], {"SIM_RATE": "inf"}, "invalid setting sim_rate (TRAINER_METRICS_SIM_RATE)"),
     ],
 )
 def test_simulate_mode_settings_are_checked_apart_from_the_service(

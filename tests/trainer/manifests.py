@@ -16,6 +16,8 @@ import msgspec
 import yaml
 
 import app.sim
+from app.trainer.projections import RuntimeProjection
+from app.trainer.projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TRAINING_RUNTIME_PROJECTOR
 
 DATA = Path(app.sim.__file__).parent / "data"
 
@@ -57,3 +59,45 @@ def by_kind(kind: str) -> list[tuple[str, dict[str, Any]]]:
 def typed(obj: Any, wire_type: type) -> Any:
     """What the informer's fast path does: msgspec decodes the JSON bytes into the wire struct."""
     return msgspec.json.decode(msgspec.json.encode(obj), type=wire_type)
+
+
+# --- shared by the TrainerState tests ---------------------------------------------------------------------
+
+G = "trainer.kubeflow.org"
+TORCH = f"{G}/ClusterTrainingRuntime//torch-distributed"
+
+
+class Clock:
+    """A settable monotonic clock for TrainerState."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def runtime_doc(name: str) -> dict[str, Any]:
+    for kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
+        for _, o in by_kind(kind):
+            if o["metadata"]["name"] == name:
+                return copy.deepcopy(o)
+    raise KeyError(name)
+
+
+def runtime(
+    name: str = "torch-distributed", *, rv: int = 5, num_nodes: int | None = 1, ns: str = "team-a"
+) -> RuntimeProjection:
+    obj = runtime_doc(name)
+    obj["metadata"]["resourceVersion"] = str(rv)
+    if num_nodes is None:
+        obj["spec"]["mlPolicy"].pop("numNodes", None)
+    else:
+        obj["spec"]["mlPolicy"]["numNodes"] = num_nodes
+    if obj["kind"] == "TrainingRuntime":
+        obj["metadata"]["namespace"] = ns
+        p = TRAINING_RUNTIME_PROJECTOR.from_json(obj)
+    else:
+        p = CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(obj)
+    assert p is not None
+    return p

@@ -15,8 +15,7 @@ from app.trainer.projectors import TRAINJOB_PROJECTOR, TrainJobProjector
 from app.trainer.state import TrainerState
 from app.trainer.wire import JobStatus, TrainJobWire
 from tests.support.sinks import RecordingSink
-
-from .test_state import TORCH, Clock, runtime
+from tests.trainer.manifests import TORCH, Clock, runtime
 
 CREATED = "2025-06-01T10:00:00Z"
 CREATED_EPOCH = 1748772000.0

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
 import pytest
 
 from app.trainer.events import GaugeKey, JobCreated, JobFinished
-from app.trainer.projections import RuntimeProjection, TrainJobProjection
+from app.trainer.projections import TrainJobProjection
 from app.trainer.projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
@@ -17,22 +16,12 @@ from app.trainer.projectors import (
 )
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
-from tests.trainer.manifests import by_kind, stored
+from tests.trainer.manifests import TORCH, Clock, G, by_kind, runtime, runtime_doc, stored
 
-G = "trainer.kubeflow.org"
-TORCH = f"{G}/ClusterTrainingRuntime//torch-distributed"
 TUNE = f"{G}/ClusterTrainingRuntime//torchtune-llama3.2-1b"
 DEEPSPEED = f"{G}/ClusterTrainingRuntime//deepspeed-distributed"
 CREATED = "2025-06-01T10:00:00Z"
 DONE = "2025-06-01T10:30:00Z"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def job(
@@ -85,32 +74,6 @@ def job(
         },
     }
     p = TRAINJOB_PROJECTOR.from_json(obj)
-    assert p is not None
-    return p
-
-
-def _runtime_doc(name: str) -> dict[str, Any]:
-    for kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
-        for _, o in by_kind(kind):
-            if o["metadata"]["name"] == name:
-                return copy.deepcopy(o)
-    raise KeyError(name)
-
-
-def runtime(
-    name: str = "torch-distributed", *, rv: int = 5, num_nodes: int | None = 1, ns: str = "team-a"
-) -> RuntimeProjection:
-    obj = _runtime_doc(name)
-    obj["metadata"]["resourceVersion"] = str(rv)
-    if num_nodes is None:
-        obj["spec"]["mlPolicy"].pop("numNodes", None)
-    else:
-        obj["spec"]["mlPolicy"]["numNodes"] = num_nodes
-    if obj["kind"] == "TrainingRuntime":
-        obj["metadata"]["namespace"] = ns
-        p = TRAINING_RUNTIME_PROJECTOR.from_json(obj)
-    else:
-        p = CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(obj)
     assert p is not None
     return p
 
@@ -465,7 +428,7 @@ def test_resources_per_node_are_ignored_by_a_runtime_without_ml_policy() -> None
     """newRuntimeInfo merges only into the ancestor-trainer job of a runtime with an mlPolicy (or the MPI
     `node` job with runLauncherAsNode): a plain runtime's pods keep the runtime's resources."""
     state, sink, _ = make(runtime_wait_seconds=0)
-    doc = _runtime_doc("torchtune-llama3.2-1b")
+    doc = runtime_doc("torchtune-llama3.2-1b")
     del doc["spec"]["mlPolicy"]
     rt = CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(doc)
     assert rt is not None and not rt.merges_job_resources
@@ -514,7 +477,7 @@ def test_node_count_of_a_runtime_without_ml_policy_is_its_parallelism() -> None:
     """Finding 3: newRuntimeInfo gives the trainer job ``ptr.Deref(parallelism, 1)`` nodes when the
     runtime has no mlPolicy; the TrainJob's numNodes still wins (plainml.go EnforceMLPolicy)."""
     state, sink, _ = make(runtime_wait_seconds=0)
-    doc = _runtime_doc("torch-distributed")
+    doc = runtime_doc("torch-distributed")
     del doc["spec"]["mlPolicy"]
     doc["metadata"]["name"] = "plain-parallel"
     doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 3
@@ -534,7 +497,7 @@ def test_a_runtime_edited_after_the_job_was_counted_changes_nothing_counted() ->
     state.runtime_handler.on_added(runtime("torchtune-llama3.2-1b"), True)
     a = job("a", runtime="torchtune-llama3.2-1b", num_nodes=None)
     state.job_handler.on_added(a, False)
-    edited = _runtime_doc("torchtune-llama3.2-1b")
+    edited = runtime_doc("torchtune-llama3.2-1b")
     edited["metadata"]["resourceVersion"] = "9"
     edited["spec"]["mlPolicy"]["numNodes"] = 4
     node = edited["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]["template"]["spec"]

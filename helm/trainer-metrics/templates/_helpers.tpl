@@ -203,6 +203,52 @@ metricRelabelings:
 {{- end }}
 {{- end }}
 
+{{/* A Prometheus duration ("30s", "1m", "1m30s", "500ms") in seconds; 0 when it is not one. */}}
+{{- define "trainer-metrics.durationSeconds" -}}
+{{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "w" 604800.0 "y" 31536000.0 }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" (toString .) -1 }}
+{{- $n := regexFind "^[0-9]+" . }}
+{{- $total = addf $total (mulf (float64 $n) (get $units (trimPrefix $n .))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+The zero hold (TRAINER_METRICS_ZERO_HOLD_SECONDS; README, "How counting works"): config.zero_hold_seconds
+when set, else twice the ServiceMonitor/PodMonitor scrape interval, so that every Prometheus scraping at that
+interval stores each new series' 0 first, with one failed scrape tolerated (at most 600, the service's
+maximum). Empty when neither says anything (the service's default then).
+*/}}
+{{- define "trainer-metrics.zeroHoldSeconds" -}}
+{{- $set := dig "zero_hold_seconds" nil .Values.config }}
+{{- if not (kindIs "invalid" $set) }}
+{{- $set }}
+{{- else }}
+{{- $hold := mulf 2.0 (float64 (include "trainer-metrics.durationSeconds" .Values.serviceMonitor.interval)) }}
+{{- if gt $hold 600.0 }}{{ $hold = 600.0 }}{{ end }}
+{{- if gt $hold 0.0 }}{{ $hold }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds: the value when set, else what a leader's graceful stop may take: its wait for
+the scrapes to show its last counts (config.handover_wait_seconds, default 3 × zero hold + 5), its Lease
+release (within the renew deadline), and 10 s for uvicorn and the informers to close.
+*/}}
+{{- define "trainer-metrics.terminationGracePeriodSeconds" -}}
+{{- if not (kindIs "invalid" .Values.terminationGracePeriodSeconds) }}
+{{- .Values.terminationGracePeriodSeconds }}
+{{- else }}
+{{- $hold := include "trainer-metrics.zeroHoldSeconds" . }}
+{{- $holdSeconds := 60.0 }}
+{{- if $hold }}{{ $holdSeconds = float64 $hold }}{{ end }}
+{{- $wait := dig "handover_wait_seconds" nil .Values.config }}
+{{- if kindIs "invalid" $wait }}{{ $wait = addf (mulf 3.0 $holdSeconds) 5.0 }}{{ end }}
+{{- ceil (addf (float64 $wait) (float64 .Values.leaderElection.renewDeadlineSeconds) 10.0) | int }}
+{{- end }}
+{{- end }}
+
 {{/* A config value as an env var string: strings as they are, numbers without exponent, booleans true/false. */}}
 {{- define "trainer-metrics.envValue" -}}
 {{- if kindIs "string" . }}{{ . }}{{ else }}{{ toJson . }}{{ end }}
