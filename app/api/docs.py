@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
@@ -104,6 +104,10 @@ def render_docs(schema: dict[str, Any]) -> str:
 def install_docs(app: FastAPI, path: str = "/docs") -> None:
     """Serve the page at ``path``; create the app with ``docs_url=None, redoc_url=None`` (no CDN pages)."""
 
+    # The endpoint reads the app from the request, never from a closure: FastAPI keeps every endpoint
+    # function in module-level caches (fastapi.dependencies.models, lru_cache of 4096 callables), so a
+    # closure over ``app`` would keep each app ever built, its ``state.service`` and all that replica's
+    # caches alive after it stopped (tests/chaos/test_no_leak.py).
     @app.get(path, response_class=HTMLResponse, include_in_schema=False)
-    async def docs() -> HTMLResponse:
-        return HTMLResponse(render_docs(app.openapi()))
+    async def docs(request: Request) -> HTMLResponse:
+        return HTMLResponse(render_docs(request.app.openapi()))

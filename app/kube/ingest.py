@@ -5,9 +5,7 @@ the I/O (app/kube/reflector.py does that). docs/design/k8s-protocol.md ยง2 and ย
 
 - A list replaces the cache (which diffs it) and sets the resourceVersion to resume from.
 - A watch line is decoded straight into the projector's msgspec wire type (the per-event hot path,
-  inline here); anything that fails takes the tolerant path (orjson, ``projector.from_json``). The lines
-  a chunk completes are decoded in one msgspec call (``process_lines``); a batch that fails that decode
-  is redone line by line, so what a line does never depends on its neighbours. An object
+  inline here); anything that fails takes the tolerant path (orjson, ``projector.from_json``). An object
   event goes to the cache and advances the resourceVersion, a BOOKMARK only advances it, an ERROR ends
   the watch (``WatchStop``). An unusable object is skipped and counted, its resourceVersion still
   taken (it is not replayed); an unusable DELETED still deletes, reporting the cached last state.
@@ -17,7 +15,7 @@ the I/O (app/kube/reflector.py does that). docs/design/k8s-protocol.md ยง2 and ย
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar, cast
 
 import msgspec
@@ -94,7 +92,7 @@ class Ingest(Generic[T]):
         self._clock = clock
         # Hot-path aliases. ``_store`` is the cache's dict, re-read after every ``cache.replace``.
         self._event_decoder = decoder.event_decoder
-        self._decode_lines = decoder.event_decoder.decode_lines
+        self._decode = decoder.event_decoder.decode
         self._from_wire = decoder.from_wire
         self._wire_key = decoder.wire_key
         self._apply = cache.apply
@@ -140,73 +138,36 @@ class Ingest(Generic[T]):
     def process_line(self, line: Line) -> None:
         """One watch line. Fast path: typed decode of ADDED/MODIFIED/DELETED; the rest goes tolerant."""
         try:
-            event = decode_deep(self._event_decoder, line)
+            event = self._decode(line)  # decode_deep inlined: one Python call less per line
         except msgspec.DecodeError:  # includes ValidationError (wrong shape, BOOKMARK, ERROR Status)
             self._process_line_tolerant(line)
             return
-        self._apply_events((event,), (line,), None)
-
-    def process_block(self, block: bytes) -> None:
-        """Complete watch lines joined by ``b"\n"`` (``LineSplitter.feed_blocks``; empty lines are
-        dropped), as ``process_line`` on each line but decoded in one msgspec call (``decode_lines``:
-        each line parsed on its own, so lines cannot merge or split). If any line fails that (malformed,
-        too deep, a BOOKMARK or ERROR, a wrong shape, a whitespace-only line) the block is redone line by
-        line: the same events, counters, logs and resourceVersion as one ``process_line`` per line."""
-        n = block.count(b"\n") + 1
-        if n > 1:
+        except RecursionError:
             try:
-                events = self._decode_lines(block)
-            except (msgspec.DecodeError, RecursionError):
-                events = None
-            # Fewer events than lines: an empty or whitespace-only line, which decode_lines drops.
-            if events is not None and len(events) == n:
-                self._apply_events(events, None, block)
+                event = decode_deep(self._event_decoder, line)
+            except msgspec.DecodeError:
+                self._process_line_tolerant(line)
                 return
-            process = self.process_line
-            for line in block.split(b"\n"):
-                if line:
-                    process(line)
-        elif block:
-            self.process_line(block)
-
-    def process_lines(self, lines: Sequence[Line]) -> None:
-        """Complete watch lines (``LineSplitter.feed``), as ``process_block`` of them joined."""
-        if len(lines) > 1:
-            self.process_block(b"\n".join(lines))
-        elif lines:
-            self.process_line(lines[0])
-
-    def _apply_events(self, events: Sequence[Any], lines: Sequence[Line] | None, block: bytes | None) -> None:
-        """Typed events to the cache, the per-event hot path: ``events[i]`` was decoded from ``lines[i]``
-        (or from line i of ``block``, split only if needed). An event the fast path cannot take (not an
-        object event, a projector failure, no key) goes tolerant from its line."""
-        from_wire = self._from_wire
-        wire_key = self._wire_key
-        store = self._store
-        apply = self._apply
-        i = -1
-        for event in events:
-            i += 1
-            etype = event.type
-            if etype in OBJECT_EVENTS:
-                try:
-                    wire = event.object
-                    obj = from_wire(wire) if wire_key is None else from_wire(wire, store.get(wire_key(wire)))
-                except Exception:
-                    if lines is None:
-                        lines = cast(bytes, block).split(b"\n")
-                    self._process_line_tolerant(lines[i])
-                    continue
-                if obj.key:
-                    rv = obj.resource_version
-                    if rv:
-                        self.resource_version = rv  # for DELETED this is the deletion RV
-                    self.last_event = self.last_activity
-                    apply(etype, obj)
-                    continue
-            if lines is None:
-                lines = cast(bytes, block).split(b"\n")
-            self._process_line_tolerant(lines[i])
+        etype = event.type
+        if etype in OBJECT_EVENTS:
+            try:
+                wire = event.object
+                wire_key = self._wire_key
+                if wire_key is None:
+                    obj = self._from_wire(wire)
+                else:
+                    obj = self._from_wire(wire, self._store.get(wire_key(wire)))
+            except Exception:
+                self._process_line_tolerant(line)
+                return
+            if obj.key:
+                rv = obj.resource_version
+                if rv:
+                    self.resource_version = rv  # for DELETED this is the deletion RV
+                self.last_event = self.last_activity
+                self._apply(etype, obj)
+                return
+        self._process_line_tolerant(line)
 
     def _process_line_tolerant(self, line: Line) -> None:
         c = self.counters

@@ -59,9 +59,8 @@ class StreamClient(Protocol):
 
 _QUICK_RELIST_INTERVAL = 10.0  # at most one un-backed-off relist after 410 Expired per this many seconds
 # Under a firehose the watch loop yields to the event loop after this many lines or this long, whichever
-# comes first (a line costs ~10-30 us: a slice stays near 1 ms), checked between blocks of lines.
+# comes first (a line costs ~10-30 us: a slice stays near 1 ms).
 _YIELD_LINES = 64
-_YIELD_BYTES = 256 * 1024  # a block holds about this much JSON at most (plus one line)
 _YIELD_SECONDS = 0.001
 
 
@@ -294,17 +293,15 @@ class Reflector(Generic[T]):
         return stop
 
     async def _consume(self, content: ByteStream) -> None:
-        """Read the chunked body, one await per chunk, not per event; lines go to the ingest in blocks
-        (``LineSplitter.feed_blocks``, ``Ingest.process_block``: one decode call per block).
+        """Read the chunked body, one await per chunk, not per event; lines go to the ingest.
 
         ``readany()`` does not suspend while data is buffered, so under a firehose the reflector yields
-        to the loop itself: every ``_YIELD_LINES`` lines or ``_YIELD_SECONDS``, checked per block (at most
-        ``_YIELD_LINES`` lines and about ``_YIELD_BYTES``), so a scrape, a probe or a lease renewal never
-        waits more than about a millisecond behind it.
+        to the loop itself: every ``_YIELD_LINES`` lines or ``_YIELD_SECONDS``, checked per line, so a
+        scrape, a probe or a lease renewal never waits more than about a millisecond behind it.
         """
-        split = LineSplitter(self._max_object_bytes).feed_blocks
+        split = LineSplitter(self._max_object_bytes).feed
         ingest = self._ingest
-        process = ingest.process_block
+        process = ingest.process_line
         clock = self._clock
         slice_end = clock() + _YIELD_SECONDS
         budget = _YIELD_LINES
@@ -314,14 +311,14 @@ class Reflector(Generic[T]):
                 return  # clean end of stream
             ingest.last_activity = clock()
             self._received += len(chunk)
-            blocks, oversized = split(chunk, _YIELD_BYTES, _YIELD_LINES)
-            for block in blocks:
+            lines, oversized = split(chunk)
+            for line in lines:
                 if budget <= 0 or clock() >= slice_end:
                     await asyncio.sleep(0)
                     slice_end = clock() + _YIELD_SECONDS
                     budget = _YIELD_LINES
-                process(block)
-                budget -= block.count(b"\n") + 1
+                process(line)
+                budget -= 1
             if oversized:
                 self._oversized()
 

@@ -453,12 +453,19 @@ class TruthSnapshot:
     terminal: Mapping[str, FinishedJob]  # by uid, every TrainJob finished so far
     started: Mapping[str, StartedJob] = field(default_factory=lambda: MappingProxyType({}))  # by uid
     admitted: Mapping[str, AdmittedJob] = field(default_factory=lambda: MappingProxyType({}))  # by uid
+    # Observations of kubeflow_trainer_trainjob_requested_accelerators by runtime_ref over every TrainJob
+    # created so far (one per accelerator class a job requests, or one "none"): a running total, so that
+    # a window's count survives a caller dropping the records of deleted jobs from ``requests``.
+    accelerator_observations: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def created_since(self, before: TruthSnapshot) -> dict[CreatedKey, int]:
         return _counter_delta(self.created, before.created)
 
     def finished_since(self, before: TruthSnapshot) -> dict[FinishedKey, int]:
         return _counter_delta(self.finished, before.finished)
+
+    def accelerator_observations_since(self, before: TruthSnapshot) -> dict[str, int]:
+        return _counter_delta(self.accelerator_observations, before.accelerator_observations)
 
     def requests_since(self, before: TruthSnapshot) -> list[JobRequest]:
         return [req for uid, req in self.requests.items() if uid not in before.requests]
@@ -492,6 +499,7 @@ class Truth:
         self.finished: Counter[FinishedKey] = Counter()
         self.jobs: Counter[JobsKey] = Counter()
         self.requests: dict[str, JobRequest] = {}
+        self.accelerator_observations: Counter[str] = Counter()  # by runtime_ref; never pruned
         self.terminal: dict[str, FinishedJob] = {}
         self._current: dict[str, JobsKey] = {}  # uid -> gauge key of the job as last written
         self._refs: dict[str, str] = {}  # uid -> runtime_ref of a live job
@@ -513,13 +521,10 @@ class Truth:
         runtime = self.runtimes.get(key) if key is not None else None
         nodes = requested_nodes(job, runtime)
         self.created[(namespace, ref)] += 1
+        accelerators = requested_accelerators(job, runtime, nodes)
+        self.accelerator_observations[ref] += len(accelerators)
         self.requests[uid] = JobRequest(
-            namespace,
-            str(meta.get("name", "")),
-            ref,
-            nodes,
-            requested_accelerators(job, runtime, nodes),
-            malformed,
+            namespace, str(meta.get("name", "")), ref, nodes, accelerators, malformed
         )
         self._refs[uid] = ref
         self.job_written(job)
@@ -603,6 +608,7 @@ class Truth:
             terminal=MappingProxyType(dict(self.terminal)),
             started=MappingProxyType(dict(self.started)),
             admitted=MappingProxyType(dict(self.admitted)),
+            accelerator_observations=MappingProxyType(dict(self.accelerator_observations)),
         )
 
 

@@ -1268,9 +1268,10 @@ class Soak:
         for (ns, ref), n in created.items():
             truth[CREATED][(ns, ref)] = truth[CREATED].get((ns, ref), 0) + n
             truth[NODES_COUNT][(ref,)] = truth[NODES_COUNT].get((ref,), 0) + n
-        for req in end_truth.requests_since(start_truth):  # one observation per accelerator class
-            ref_key = (req.runtime_ref,)
-            truth[ACCEL_COUNT][ref_key] = truth[ACCEL_COUNT].get(ref_key, 0) + len(req.accelerators)
+        # One observation per accelerator class a job requests: the truth's running total, not
+        # requests_since (prune_truth drops the records of deleted jobs from truth.requests).
+        for ref, n in end_truth.accelerator_observations_since(start_truth).items():
+            truth[ACCEL_COUNT][(ref,)] = truth[ACCEL_COUNT].get((ref,), 0) + n
         for (result, reason, ref), n in finished.items():
             truth[FINISHED][(result, reason, ref)] = n
             truth[LIFETIME_COUNT][(result, ref)] = truth[LIFETIME_COUNT].get((result, ref), 0) + n
