@@ -321,16 +321,7 @@ class Settings(BaseSettings):
     @field_validator("per_trainjob_namespaces", mode="before")
     @classmethod
     def _split_per_trainjob_namespaces(cls, value: object) -> object:
-        # Comma-separated from the environment; the Helm chart renders a list as JSON.
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                try:
-                    return json.loads(text)
-                except ValueError:
-                    raise ValueError("not a JSON list of namespaces") from None
-            return [part.strip() for part in text.split(",")] if text else []
-        return value
+        return _split_list(value, "namespaces")
 
     @field_validator("per_trainjob_namespaces")
     @classmethod
@@ -346,16 +337,7 @@ class Settings(BaseSettings):
     @field_validator("accelerator_resource_patterns", mode="before")
     @classmethod
     def _split_patterns(cls, value: object) -> object:
-        # Comma-separated from the environment; the Helm chart renders a list as JSON.
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                try:
-                    return json.loads(text)
-                except ValueError:
-                    raise ValueError("not a JSON list of patterns") from None
-            return [part.strip() for part in text.split(",")] if text else []
-        return value
+        return _split_list(value, "patterns")
 
     @field_validator("accelerator_resource_patterns")
     @classmethod
@@ -430,6 +412,19 @@ def _check_name(value: str, what: str, pattern: re.Pattern[str], max_length: int
         f"{value[:80]!r} is not a valid {what}; it must be {rule}, start and end with a letter or digit, "
         f"and have at most {max_length} characters"
     )
+
+
+def _split_list(value: object, what: str) -> object:
+    """Comma-separated from the environment; the Helm chart renders a list as JSON."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise ValueError(f"not a JSON list of {what}") from None
+        return [part.strip() for part in text.split(",")] if text else []
+    return value
 
 
 class SettingsError(Exception):

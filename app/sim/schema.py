@@ -404,7 +404,10 @@ class StructuralSchema:
 
     def _field_key(self, obj: Obj, old: Obj) -> bytes | None:
         name = self._changed_field(obj, old)
-        return None if name is None else name.encode() + b"\x00" + orjson.dumps(obj[name])
+        if name is None:
+            return None
+        key = name.encode() + b"\x00" + orjson.dumps(obj[name])
+        return key if len(key) <= _MEMO_KEY_MAX else None
 
     def _root_rules(self, obj: Obj, old: Obj | None, cel_self: Obj | None, outcome: Outcome) -> None:
         """The rules on the object itself: ``self`` shows only name and generateName of metadata."""
@@ -494,11 +497,18 @@ class StructuralSchema:
                 self._rules(items, item, olds[i], f"{path}[{i}]", outcome)
 
 
-_MEMO_MAX: Final = 4096
+# The prepare/validate memos of a schema: keyed by a whole object's content (a TrainJob's is ~3.5 KB) or a
+# status write's; cleared when full. Creates from templates repeat and hit; status writes (timestamps)
+# rarely do, so a memo fills to the cap and starts over. Each schema has two, and the simulator shares the
+# process with the service in tests: 4096 entries made a ~30 MB sawtooth that the chaos soak's RSS reading
+# took for growth. 512 entries of at most _MEMO_KEY_MAX bytes: a few MB per schema at most.
+_MEMO_MAX: Final = 512
+_MEMO_KEY_MAX: Final = 16 * 1024
 
 
-def _content_key(obj: Obj) -> bytes:
-    return orjson.dumps({k: v for k, v in obj.items() if k != "metadata"})
+def _content_key(obj: Obj) -> bytes | None:
+    key = orjson.dumps({k: v for k, v in obj.items() if k != "metadata"})
+    return key if len(key) <= _MEMO_KEY_MAX else None
 
 
 def _remember(memo: dict[bytes, Obj], key: bytes, value: Obj) -> None:

@@ -183,3 +183,22 @@ def test_cli_logs_the_startup_line_before_serving(
     (record,) = [r for r in caplog.records if r.name == "app.cli"]
     assert record.getMessage().startswith(f"trainer-metrics {__version__} starting: ")
     assert "namespaces a,b" in record.getMessage()
+
+
+async def test_an_app_and_its_service_are_freed_once_dropped() -> None:
+    """No endpoint closes over the app: FastAPI keeps every endpoint function in module-level caches
+    (fastapi.dependencies.models), so such a closure kept each app built, its ``state.service`` and a
+    stopped replica's caches alive for the life of the process (tests/chaos/test_no_leak.py)."""
+    import gc
+    import weakref
+
+    class Marker:
+        pass
+
+    app = create_app(settings())
+    app.state.service = marker = Marker()
+    assert (await get(app, "/docs")).status_code == 200
+    refs = [weakref.ref(app), weakref.ref(marker)]
+    del app, marker
+    gc.collect()
+    assert [r() for r in refs] == [None, None]

@@ -24,6 +24,7 @@ from tests.support.harness import (
     parse_samples,
     replica,
     runtime_manifest,
+    scrape_counts,
     terminal_status,
     trainjob_manifest,
     wait_caught_up,
@@ -309,6 +310,7 @@ async def test_metrics_content_negotiation(sim: SimulatedCluster, kubeconfig: Pa
         await wait_caught_up(r, sim.store)
         sim.store.create(TRAINJOBS, "team1", trainjob_manifest("job-1"))  # a counter with a value
         await wait_caught_up(r, sim.store)
+        await scrape_counts(r)  # past the new series' born-at-zero render, so each format below shows the 1
 
         text = await r.http.get("/metrics", headers={"Accept-Encoding": "identity"})
         assert text.status_code == 200

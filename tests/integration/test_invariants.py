@@ -35,6 +35,7 @@ from tests.support.harness import (
     replica,
     running_status,
     runtime_manifest,
+    scrape_counts,
     terminal_status,
     total,
     trainjob_manifest,
@@ -110,7 +111,7 @@ async def test_initial_list_jobs_not_counted_created(
     async with replica(kubeconfig, "a", leader_election=election, **QUIET_WATCHES) as r:
         await wait_leading(r)
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert total(s, CREATED) == 0
         assert total(s, NODES + "_count") == 0 and total(s, ACCELERATORS + "_count") == 0
         # ... yet the gauge, derived from the cache, shows them all.
@@ -131,14 +132,14 @@ async def test_initial_list_jobs_not_counted_created(
         break_trainjob_watch(sim, while_down)
         await eventually(lambda: _relisted(r), timeout=20, what="TrainJob relist after 410")
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert total(s, CREATED) == 0
         assert total(s, JOBS, state="running") == 3
 
         # A job first seen after the initial list is counted, once, with its labels.
         create_job(sim, "team1", "new-0", num_nodes=2)
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert by_labels(s, CREATED, "namespace", "runtime_ref") == {("team1", TORCH): 1}
         assert total(s, NODES + "_count") == 1 and total(s, NODES + "_sum") == 2
 
@@ -161,7 +162,7 @@ async def test_terminal_at_initial_list_not_counted_finished(
     async with replica(kubeconfig, "a", leader_election=election, **QUIET_WATCHES) as r:
         await wait_leading(r)
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert total(s, FINISHED) == 0 and total(s, LIFETIME + "_count") == 0
         assert by_labels(s, JOBS, "state") == {("succeeded",): 1, ("failed",): 1, ("running",): 1}
         # Recorded in the dedup set (so a later terminal update cannot count them), not counted.
@@ -172,12 +173,12 @@ async def test_terminal_at_initial_list_not_counted_finished(
         for name, result in (("done-ok", "Complete"), ("done-failed", "Failed")):
             write_status(sim.store, "team1", name, terminal_status(result) | {"trainerStatus": {"x": 1}})
         await wait_caught_up(r, sim.store)
-        assert total(await r.samples(), FINISHED) == 0
+        assert total(await scrape_counts(r), FINISHED) == 0
 
         # The job that was running in the initial list does make the edge: counted once.
         write_status(sim.store, "team1", "still-running", terminal_status("Complete"))
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert by_labels(s, FINISHED, "result", "reason", "runtime_ref") == {("succeeded", "none", TORCH): 1}
         assert total(s, LIFETIME + "_count") == 1
 
@@ -198,7 +199,7 @@ async def test_duplicate_terminal_modifieds_counted_once(sim: SimulatedCluster, 
 
         async def finished() -> dict[tuple[str, ...], float]:
             await wait_caught_up(r, sim.store)
-            s = await r.samples()
+            s = await scrape_counts(r)
             assert total(s, LIFETIME + "_count") == 1
             assert total(s, CREATED) == 1
             return by_labels(s, FINISHED, "result", "reason", "runtime_ref")
@@ -274,7 +275,7 @@ async def test_dedup_entry_dropped_on_delete(sim: SimulatedCluster, kubeconfig: 
         assert page["total"] == 1 and [e["uid"] for e in page["items"]] == [uids["kept"]]
         assert (await r.http.get("/debug/snapshot")).json()["terminal_entries"] == 1
 
-        s = await r.samples()
+        s = await scrape_counts(r)
         # Deletion forgets the entries, never the counts; the gauge follows the cache.
         assert total(s, FINISHED) == 4 and total(s, CREATED) == 4
         assert by_labels(s, JOBS, "state") == {("succeeded",): 1}
@@ -292,7 +293,7 @@ async def test_relist_after_410_diffs_against_cache(sim: SimulatedCluster, kubec
             write_status(sim.store, "team1", name, running_status())
         write_status(sim.store, "team1", "done-delete", terminal_status("Complete"))
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert total(s, CREATED) == 4 and total(s, FINISHED) == 1
         relists_before = relists(s)
 
@@ -312,7 +313,7 @@ async def test_relist_after_410_diffs_against_cache(sim: SimulatedCluster, kubec
 
         await eventually(relisted, timeout=20, what="TrainJob relist after 410")
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert by_labels(s, CREATED, "namespace") == {("team1",): 4, ("team2",): 2}
         assert by_labels(s, FINISHED, "result", "reason") == {
             ("succeeded", "none"): 2,  # done-delete (before), run-a (while down)
@@ -350,7 +351,7 @@ async def test_runtime_update_and_delete_reflected(sim: SimulatedCluster, kubeco
     async with replica(kubeconfig, "a", leader_election=False, **QUIET_WATCHES) as r:
         await wait_leading(r)
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert runtime_series(s, "custom") == [
             {
                 "namespace": "team1",
@@ -364,7 +365,7 @@ async def test_runtime_update_and_delete_reflected(sim: SimulatedCluster, kubeco
         ]
         create_job(sim, "team1", "before-update", runtime="custom", kind="TrainingRuntime")
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert (
             total(s, NODES + "_count", runtime_ref=ref) == 1
             and total(s, NODES + "_sum", runtime_ref=ref) == 2
@@ -388,7 +389,7 @@ async def test_runtime_update_and_delete_reflected(sim: SimulatedCluster, kubeco
         ] == [("mpi", "coscheduling", "deepspeed")]
         create_job(sim, "team1", "after-update", runtime="custom", kind="TrainingRuntime")
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert total(s, NODES + "_count", runtime_ref=ref) == 2
         assert total(s, NODES + "_sum", runtime_ref=ref) == 2 + 4  # resolved with the updated runtime
         assert total(s, ACCELERATORS + "_sum", runtime_ref=ref, accelerator_class="nvidia.com/gpu") == 2 + 4
@@ -397,14 +398,14 @@ async def test_runtime_update_and_delete_reflected(sim: SimulatedCluster, kubeco
         sim.store.delete(TRAINING_RUNTIMES, "team1", "custom")
         sim.store.delete(CLUSTER_TRAINING_RUNTIMES, None, "xgboost-distributed")
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert runtime_series(s, "custom") == [] and runtime_series(s, "xgboost-distributed") == []
         snap = (await r.http.get("/debug/snapshot")).json()
         assert ref not in {rt["runtime_ref"] for rt in snap["runtimes"]}
         create_job(sim, "team1", "after-delete", runtime="custom", kind="TrainingRuntime")
         # Its resolution may wait briefly for the runtime to (re)appear (product.md §3), then uses defaults.
         await wait_caught_up(r, sim.store, timeout=20)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert total(s, NODES + "_count", runtime_ref=ref) == 3
         assert total(s, NODES + "_sum", runtime_ref=ref) == 2 + 4 + 1
         assert total(s, ACCELERATORS + "_count", runtime_ref=ref, accelerator_class="none") == 1
@@ -454,7 +455,7 @@ async def test_malformed_objects_skipped_with_a_log_line(
         await wait_caught_up(r, sim.store)
         assert (await r.http.get("/livez")).status_code == 200
         assert (await r.http.get("/readyz")).status_code == 200
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert total(s, "trainer_metrics_informer_relists_total", reason="internal") == 0
         assert total(s, "trainer_metrics_informer_skipped_objects_total", reason="handler_error") == 0
         assert r.service.liveness_problems() == []
@@ -532,7 +533,7 @@ async def test_junk_runtime_refs_capped(sim: SimulatedCluster, kubeconfig: Path)
         for i in range(6):
             create_job(sim, "team1", f"junk-{i}", runtime=f"missing-{i}", num_nodes=1, gpus_per_node=1)
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         kept = {(cluster_ref(f"missing-{i}"),): 1.0 for i in range(3)}
         assert by_labels(s, JOBS, "runtime_ref") == kept | {("unknown",): 3}
         assert by_labels(s, CREATED, "runtime_ref") == kept | {("unknown",): 3}
@@ -547,7 +548,7 @@ async def test_junk_runtime_refs_capped(sim: SimulatedCluster, kubeconfig: Path)
         await wait_caught_up(r, sim.store)
         create_job(sim, "team1", "junk-9", runtime="missing-9", num_nodes=1, gpus_per_node=1)
         await wait_caught_up(r, sim.store)
-        s = await r.samples()
+        s = await scrape_counts(r)
         assert by_labels(s, JOBS, "runtime_ref") == {
             (cluster_ref("missing-1"),): 1,
             (cluster_ref("missing-2"),): 1,

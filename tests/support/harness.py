@@ -86,6 +86,31 @@ class Replica:
         return (await self.http.get("/readyz")).status_code == 200
 
 
+_COUNTED_PREFIX = "kubeflow_trainer_"
+
+
+async def scrape_counts(r: Replica, *, max_renders: int = 5) -> Samples:
+    """``/metrics`` as a scraper sees it once born-at-zero holds are over (app/metrics/series.py).
+
+    A new counter/histogram series shows 0 on its first served render and its real values once
+    ``zero_hold_seconds`` (0 in these tests) have passed since then. Reads until two consecutive renders
+    agree on every Trainer sample (the first read serves the 0 and releases the hold; usually the second
+    and third agree) and returns the last one. Gauges are not held, so for a check about "the first
+    scrape" of a gauge use ``Replica.samples()``.
+    """
+
+    def trainer(s: Samples) -> Samples:
+        return {k: v for k, v in s.items() if k[0].startswith(_COUNTED_PREFIX)}
+
+    prev = await r.samples()
+    for _ in range(max_renders - 1):
+        cur = await r.samples()
+        if trainer(cur) == trainer(prev):
+            return cur
+        prev = cur
+    raise AssertionError(f"/metrics of {r.identity} did not settle in {max_renders} renders")
+
+
 def settings_for(kubeconfig: Path, identity: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "kubeconfig": str(kubeconfig),
