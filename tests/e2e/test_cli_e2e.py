@@ -188,7 +188,9 @@ def test_counters_in_prometheus_are_bracketed_by_the_services_own_metrics(cli: C
 
     def created_shown() -> float:
         text = httpx.get(f"{cli.url}/metrics", timeout=10.0).text
-        return sum(v for (n, _), v in counters(text).items() if n == "kubeflow_trainer_trainjob_created_total")
+        return sum(
+            v for (n, _), v in counters(text).items() if n == "kubeflow_trainer_trainjob_created_total"
+        )
 
     # Series are born at zero for ZERO_HOLD_SECONDS after their first served render (README, "How counting
     # works"): wait until a created count is past its hold, so the bracket below compares real values.

@@ -399,7 +399,9 @@ async def test_garbage_watermark_at_takeover_does_not_recount_history(
             f"recounted {recounted}, bound {allowed} (floor {floor}, last valid {valid}, "
             f"a counted {a.service.journal.counted})"
         )
-        print(f"\ngarbage watermark at takeover: recounted {recounted}, bound {allowed}, floor {floor}/{valid}")
+        print(
+            f"\ngarbage watermark at takeover: recounted {recounted}, bound {allowed}, floor {floor}/{valid}"
+        )
 
 
 async def test_brief_api_errors_during_renew_keep_the_leader(
