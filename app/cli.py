@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.simulate import embedded_cluster
 
         cluster = functools.partial(embedded_cluster, sim_settings=sim_settings)
-    app = create_app(settings, cluster=cluster, tls=tls)
+    app = create_app(settings, cluster=cluster, tls=tls, owns_process=True)
     try:
         server = HttpServer(app, settings, tls)  # binds both listeners now: a port in use fails here
     except ServerStartError as exc:

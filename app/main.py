@@ -24,8 +24,14 @@ ClusterFactory = Callable[[Settings], AbstractAsyncContextManager[str]]
 
 
 def create_app(
-    settings: Settings, *, cluster: ClusterFactory | None = None, tls: CertificateReloader | None = None
+    settings: Settings,
+    *,
+    cluster: ClusterFactory | None = None,
+    tls: CertificateReloader | None = None,
+    owns_process: bool = False,
 ) -> FastAPI:
+    """``owns_process``: this app's replica is the only one in the process (the CLI), see Service."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
@@ -35,7 +41,7 @@ def create_app(
             if cluster is not None:
                 kubeconfig = await stack.enter_async_context(cluster(settings))
                 effective = settings.model_copy(update={"kubeconfig": kubeconfig})
-            service = Service(effective)
+            service = Service(effective, owns_process=owns_process)
             stack.push_async_callback(service.stop)
             await service.start()
             # The HTTP server's and the auth reviewer's telemetry, and the namespace-existence check.

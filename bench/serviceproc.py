@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         per_trainjob_max_jobs=args.per_trainjob_max_jobs,
     )
     configure_logging(settings.log_level, settings.log_format)
-    app = create_app(settings)
+    app = create_app(settings, owns_process=True)  # one replica per process, as the CLI runs it
     probe = LagProbe()
 
     if args.lag_probe:
