@@ -227,7 +227,8 @@ class Service:
             # (bench P5). Frozen, those collections only walk what was made since. Only a process that
             # runs this one replica may freeze: frozen objects are never collected as cycles, which in a
             # process hosting several replicas (tests) would keep stopped replicas alive.
-            gc.collect()
+            # No gc.collect() first: a full collection over a fresh 100k-job cache would delay readiness
+            # by itself; what start-up left as cyclic garbage is small and stays frozen.
             gc.freeze()
         if not self.settings.leader_election:
             log.info("leader election disabled: this replica exports the Trainer metrics")
