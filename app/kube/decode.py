@@ -254,12 +254,16 @@ class Decoder(Generic[T]):
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
             doc = None
-        obj = self.project_json(doc)
+        self._add_or_skip(doc, items, unusable, on_skip)
+
+    def _add_or_skip(self, raw: Any, items: dict[str, T], unusable: set[str], on_skip: SkipHook) -> None:
+        """Project one tolerant-path item into ``items``, or report it malformed and mark its key."""
+        obj = self.project_json(raw)
         if obj is not None:
             items[obj.key] = obj
             return
-        key = raw_key(doc)
-        on_skip("malformed", key, raw_rv(doc))
+        key = raw_key(raw)
+        on_skip("malformed", key, raw_rv(raw))
         if key is not None:
             unusable.add(key)
 
@@ -291,14 +295,7 @@ class Decoder(Generic[T]):
                 if key is not None:
                     unusable.add(key)
                 continue
-            obj = self.project_json(raw)
-            if obj is not None:
-                items[obj.key] = obj
-                continue
-            key = raw_key(raw)
-            on_skip("malformed", key, raw_rv(raw))
-            if key is not None:
-                unusable.add(key)
+            self._add_or_skip(raw, items, unusable, on_skip)
         rv = meta.get("resourceVersion")
         cont = meta.get("continue")
         return (rv if isinstance(rv, str) else "", cont if isinstance(cont, str) else "")
