@@ -24,7 +24,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from app.config import Settings, unknown_env_vars
+from app.handover.candidacy import defer_to_warm_followers
 from app.handover.journal import CountJournal
+from app.handover.lease_payload import LeasePayload
 from app.handover.served import ServedLedger
 from app.handover.settle import HeldEdgeSettler
 from app.handover.watermarks import LeaseWatermarks
@@ -33,7 +35,7 @@ from app.kube.client import KubeClient
 from app.kube.elector import ElectorConfig, LeaseElector
 from app.kube.informer import Informer
 from app.kube.informer_telemetry import InformerTelemetry
-from app.kube.lease import KubeLeaseClient, LeaseRecord, parse_lease
+from app.kube.lease import KubeLeaseClient, LeaseRecord
 from app.kube.resources import ResourceKind
 from app.metrics.exposition import MetricsExposition
 from app.metrics.per_job import PerJobHandler, PerJobSeries, PerJobTelemetry
@@ -111,6 +113,9 @@ class Service:
             max_accelerator_classes=settings.max_accelerator_classes,
             max_failure_reasons=settings.max_failure_reasons,
         )
+        self.lease_payload = LeasePayload(
+            self.lease_watermarks, self.state, on_limit=self.telemetry.limit_hit
+        )
         self.exposition = MetricsExposition(self.registry)
 
         self.client: KubeClient | None = None
@@ -133,6 +138,11 @@ class Service:
             self.client.host,
             extra={"namespaces": ",".join(s.namespaces) or "all"},
         )
+        if s.leader_election:
+            # Before the first list: a job preempted now must be known to have run before its next run is
+            # seen, or this replica would take that run for its first (app/handover/history.py).
+            leases = KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds)
+            await self.lease_payload.read(leases, s.lease_namespace, s.lease_name)
         self.informers = self._build_informers(self.client)
         for informer in self.informers:
             self._spawn(informer.run(), f"informer {informer.name}")
@@ -221,6 +231,9 @@ class Service:
             "informers synced",
             extra={"trainjobs": self.trainjob_count(), "runtimes": len(self.state.runtimes())},
         )
+        self.lease_payload.forget_absent_jobs(
+            job.uid_key for informer in self._trainjob_informers for _, job in informer.items()
+        )
         if self._owns_process:
             # The synced caches live as long as the process. Left in the collected generations, every
             # full collection walks all of them: 40-60 ms event-loop pauses under a watch firehose
@@ -246,54 +259,24 @@ class Service:
         )
         assert self.client is not None
         leases = KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds)
-        await self._defer_to_warm_followers(leases)
+        await defer_to_warm_followers(
+            leases,
+            self.lease_payload.observe,
+            namespace=s.lease_namespace,
+            name=s.lease_name,
+            identity=s.identity,
+            lease_duration=s.lease_duration_seconds,
+            retry_period=s.retry_period_seconds,
+        )
         self.elector = LeaseElector(
             leases,
             config,
             _Callbacks(self),
             # What a scrape has shown, not what was counted (app/handover/served.py).
-            annotations=lambda: self.lease_watermarks.annotations(self.served_watermarks()),
-            on_observed=self.lease_watermarks.observe,
+            annotations=lambda: self.lease_payload.annotations(self.served_watermarks()),
+            on_observed=self.lease_payload.observe,
         )
         await self.elector.run()
-
-    async def _defer_to_warm_followers(self, leases: KubeLeaseClient) -> None:
-        """Hold back this replica's first candidacy for one lease duration if another replica holds
-        the Lease. A replica that has just started saw nothing before its first list, so if the holder
-        died, a warm follower (whose journal covers the gap) must take over rather than this one.
-        """
-        s = self.settings
-        try:
-            lease = await leases.get(s.lease_namespace, s.lease_name)
-            record = parse_lease(lease) if lease is not None else None
-        except Exception:  # unreadable or unreachable: the elector will sort it out
-            record = None
-        if record is None:
-            return
-        self.lease_watermarks.observe(record)
-        if record.holder_identity and record.holder_identity != s.identity:
-            # The Lease can only expire a lease duration after its last renew; warm candidates retry every
-            # 1 to 2.2 retry periods (jittered), so three of those on top let them win a dead holder's Lease.
-            wait = max(record.lease_duration_seconds, s.lease_duration_seconds) + 3 * s.retry_period_seconds
-            log.info(
-                "%s holds the Lease: waiting %.1f s before running for leadership, so that a warm "
-                "replica takes over first if it has gone",
-                record.holder_identity,
-                wait,
-            )
-            await asyncio.sleep(wait)
-        elif not record.holder_identity and record.renew_time is not None:
-            # Released by a leader that stopped gracefully. It stopped counting when its hand-over began
-            # and handed over only what was scraped: what came after is in the warm followers' journals,
-            # not in this replica's (it came before our first list). They take a free Lease on their next
-            # retry (1 to 2.2 retry periods); let them.
-            wait = 3 * s.retry_period_seconds
-            log.info(
-                "the Lease was released: waiting %.1f s before running for leadership, so that a warm "
-                "replica takes over first",
-                wait,
-            )
-            await asyncio.sleep(wait)
 
     # --- hand-over -------------------------------------------------------------------------------
 

@@ -76,6 +76,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+import msgspec
+
 from app.trainer.events import CountableEvent, GaugeKey, TrainerSink
 
 __all__ = ["CountJournal", "JournalTelemetry"]
@@ -93,14 +95,14 @@ class JournalTelemetry(Protocol):
     def journal_overflowed(self, count: int) -> None: ...
 
 
-class _Entry:
-    __slots__ = ("counted", "event", "seen", "term")
+class _Entry(msgspec.Struct, gc=False):
+    """One remembered event. Untracked by the cyclic GC, like the events (app/trainer/events.py): the
+    journal holds up to ``journal_size`` of them for as long as the process runs."""
 
-    def __init__(self, event: CountableEvent, term: int) -> None:
-        self.event = event
-        self.term = term  # the term of THIS replica that last counted it; 0: never counted here
-        self.counted = term > 0  # counted by THIS replica in some term
-        self.seen = False  # a scrape of this replica showed its count (see stop_leading)
+    event: CountableEvent
+    term: int  # the term of THIS replica that last counted it; 0: never counted here
+    counted: bool  # counted by THIS replica in some term
+    seen: bool = False  # a scrape of this replica showed its count (see stop_leading)
 
 
 class CountJournal:
@@ -182,7 +184,8 @@ class CountJournal:
     def on_countable(self, event: CountableEvent) -> None:
         counting = self._leading and not self._paused
         verdict = self._verdict(event) if counting else _SKIP
-        entry = _Entry(event, self._term if verdict is _COUNT else 0)
+        term = self._term if verdict is _COUNT else 0
+        entry = _Entry(event, term, term > 0)
         if self._journal_size:
             if len(self._journal) == self._journal_size:
                 # deque(maxlen) drops the oldest silently; count it so operators can size the journal.

@@ -22,94 +22,43 @@ rests on time:
   (the holder keeps leading and recreates it on its next renew), but only a lease duration after the
   follower saw it disappear; an unreadable Lease (wrong field types, bad MicroTime) is held the same way,
   and overwritten only once it has stayed unchanged for our own lease duration.
+
+The interface types (``ElectorConfig``, ``LeaderCallbacks``, ``ElectorStatus``) are in
+app/kube/elector_api.py and re-exported here; what was last seen of the Lease, and whether it is still in
+force, is app/kube/elector_lease.py's ``ObservedLease``, which also builds the bodies written.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-from app.kube.lease import LeaseClient, LeaseRecord, MalformedLease, lease_body, loose_int, parse_lease
+from app.kube.elector_api import JITTER_FACTOR, ElectorConfig, ElectorStatus, LeaderCallbacks, safe_call
+from app.kube.elector_lease import LeaseBodies, ObservedLease
+from app.kube.lease import LeaseClient, LeaseRecord, loose_int
 from app.kube.logthrottle import FailureLog
+
+__all__ = [
+    "JITTER_FACTOR",
+    "RELEASED_LEASE_DURATION",
+    "ElectorConfig",
+    "ElectorStatus",
+    "LeaderCallbacks",
+    "LeaseElector",
+]
 
 log = logging.getLogger(__name__)
 
-JITTER_FACTOR = 1.2  # client-go's JitterUntil factor for the acquire loop
 RELEASED_LEASE_DURATION = 1  # 0 fails Lease validation (k8s#88194), so a released Lease says 1 s
 _RELEASE_ATTEMPTS = 3  # a conflicting release re-reads the Lease and tries again, within the renew deadline
 _LOG_REPEAT_INTERVAL = 60.0  # a repeated failure of the same kind is logged at most once a minute
-
-
-# --------------------------------------------------------------------------------------------------
-# Configuration, callbacks, status
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ElectorConfig:
-    lease_name: str
-    lease_namespace: str
-    identity: str
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    release_on_cancel: bool = True
-
-    def __post_init__(self) -> None:
-        # The client-go checks: they are what makes "stop before takeover" hold (module docstring).
-        for name in ("lease_name", "lease_namespace", "identity"):
-            if not getattr(self, name):
-                raise ValueError(f"{name} must not be empty")
-        for name in ("lease_duration", "renew_deadline", "retry_period"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        if not self.lease_duration > self.renew_deadline:
-            raise ValueError("lease_duration must be greater than renew_deadline")
-        if not self.renew_deadline > JITTER_FACTOR * self.retry_period:
-            raise ValueError("renew_deadline must be greater than 1.2 * retry_period")
-
-    @property
-    def lease_duration_seconds(self) -> int:
-        """What we write into the Lease: whole seconds, rounded up so followers never wait *less*."""
-        return max(1, math.ceil(self.lease_duration))
-
-
-class LeaderCallbacks(Protocol):
-    def on_started_leading(self, previous: LeaseRecord | None) -> None:
-        """Synchronous and quick. ``previous``: the record we took over (None if we created the Lease)."""
-        ...
-
-    def on_stopped_leading(self) -> None:
-        """Called at once when leadership is lost or given up, before any release request."""
-        ...
-
-    def on_new_leader(self, identity: str | None) -> None:
-        """The observed holder changed (our own identity included); None = no holder / no Lease."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class ElectorStatus:
-    identity: str
-    is_leader: bool
-    holder: str | None  # as last observed in the Lease; None = free, absent, or unreadable
-    lease_name: str
-    lease_namespace: str
-    acquire_time: datetime | None
-    renew_time: datetime | None
-    lease_transitions: int | None
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    transitions_seen: int = 0  # leadership changes of this replica (became leader / stopped leading)
-    last_change: datetime | None = None  # wall time of the last change of is_leader or of the observed holder
+_UNREPORTED: Any = object()  # no holder told to on_new_leader yet (None is a holder value: "no holder")
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
@@ -119,14 +68,6 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     key = f"{kind}:{status}" if status is not None else kind
     text = f"{kind} {status}: {exc}" if status is not None else f"{kind}: {exc}"
     return key, text
-
-
-_ABSENT: Any = object()  # observed spec sentinel: nothing observed yet
-
-
-# --------------------------------------------------------------------------------------------------
-# The elector
-# --------------------------------------------------------------------------------------------------
 
 
 class LeaseElector:
@@ -146,7 +87,7 @@ class LeaseElector:
         self._client = client
         self._config = config
         self._callbacks = callbacks
-        self._annotations = annotations
+        self._bodies = LeaseBodies(config.lease_name, config.lease_namespace, annotations)
         self._clock = clock
         self._on_transition = on_transition
         self._on_observed = on_observed  # every readable record seen (the hand-over watermark lives there)
@@ -154,14 +95,8 @@ class LeaseElector:
             log, "lease API requests succeed again", interval=_LOG_REPEAT_INTERVAL, clock=clock
         )
 
-        # client-go's observedRecord / observedRawRecord / observedTime, plus the whole object for its RV.
-        self._observed_lease: dict[str, Any] | None = None
-        self._observed_spec: Any = _ABSENT
-        self._observed_record: LeaseRecord | None = None
-        self._observed_malformed = False
-        self._observed_time = 0.0
-        self._deletion_seen = False  # a 404 replaced a record held by someone else (see _create)
-        self._reported_leader: Any = _ABSENT
+        self._seen = ObservedLease()
+        self._reported_leader: Any = _UNREPORTED
         self._taken_over_from: LeaseRecord | None = None
 
         self._leading = False
@@ -179,7 +114,7 @@ class LeaseElector:
         return self._leading
 
     def status(self) -> ElectorStatus:
-        rec = self._observed_record
+        rec = self._seen.record
         return ElectorStatus(
             identity=self._config.identity,
             is_leader=self._leading,
@@ -275,7 +210,7 @@ class LeaseElector:
                     started = self._clock()
                     if await self._try_acquire_or_renew():
                         return started
-                    rec = self._observed_record
+                    rec = self._seen.record
                     if rec is not None and rec.holder_identity not in ("", cfg.identity):
                         return f"lease taken by {rec.holder_identity}"
                     # The deadline is checked by our clock too, not only by the timeout's cancellation:
@@ -295,15 +230,15 @@ class LeaseElector:
         now_wall = datetime.now(UTC)
         try:
             # (1) Fast path: we hold it and it is valid by our clock → PUT over the cached object.
-            rec = self._observed_record
+            rec = self._seen.record
             if (
-                self._observed_lease is not None
+                self._seen.lease is not None
                 and rec is not None
                 and rec.holder_identity == cfg.identity
                 and self._valid_at(self._clock())
             ):
-                body = self._lease_body(
-                    self._observed_lease,
+                body = self._bodies.body(
+                    self._seen.lease,
                     holder=cfg.identity,
                     duration=cfg.lease_duration_seconds,
                     acquire=rec.acquire_time or now_wall,
@@ -331,7 +266,7 @@ class LeaseElector:
 
             # (3) Record what we saw; a changed record restarts its expiry clock.
             self._observe(lease)
-            rec = self._observed_record
+            rec = self._seen.record
             expired = not self._valid_at(self._clock())
             if rec is None:
                 # Unreadable (malformed) record: nobody can judge it, so it is held until it has stayed
@@ -352,7 +287,7 @@ class LeaseElector:
                     acquire, transitions = now_wall, rec.lease_transitions + 1
 
             # (6) PUT with the resourceVersion from our GET; a 409 means somebody was faster.
-            body = self._lease_body(
+            body = self._bodies.body(
                 lease,
                 holder=cfg.identity,
                 duration=cfg.lease_duration_seconds,
@@ -372,8 +307,8 @@ class LeaseElector:
     async def _create(self, now_wall: datetime) -> bool:
         """The Lease does not exist (404): create it, unless someone else's record may still be in force."""
         cfg = self._config
-        rec = self._observed_record
-        held_by_other = (rec is None and self._observed_malformed) or (
+        rec = self._seen.record
+        held_by_other = (rec is None and self._seen.malformed) or (
             rec is not None and rec.holder_identity not in ("", cfg.identity)
         )
         if held_by_other:
@@ -381,9 +316,7 @@ class LeaseElector:
             # its holder, which keeps exporting until its next renew recreates the Lease, and may have renewed
             # after our last look. So the disappearance counts as a change seen now: the last record stays in
             # force for a whole lease duration from this first 404, as if the holder had just renewed.
-            if not self._deletion_seen:
-                self._deletion_seen = True
-                self._observed_time = self._clock()
+            self._seen.see_deletion(self._clock)
             if self._valid_at(self._clock()):
                 return False
         # A leader whose Lease was deleted recreates it (client-go does); keep its term's acquireTime and
@@ -394,7 +327,7 @@ class LeaseElector:
             acquire, transitions = now_wall, 0
         previous = rec if rec is not None and rec.holder_identity != cfg.identity else None
         self._observe(None)
-        body = self._lease_body(
+        body = self._bodies.body(
             None,
             holder=cfg.identity,
             duration=cfg.lease_duration_seconds,
@@ -413,12 +346,12 @@ class LeaseElector:
         try:
             async with asyncio.timeout(cfg.renew_deadline):
                 for _ in range(_RELEASE_ATTEMPTS):
-                    rec = self._observed_record
-                    if self._observed_lease is None or rec is None or rec.holder_identity != cfg.identity:
+                    rec = self._seen.record
+                    if self._seen.lease is None or rec is None or rec.holder_identity != cfg.identity:
                         return  # not ours (any more): nothing to release
                     now_wall = datetime.now(UTC)
-                    body = self._lease_body(
-                        self._observed_lease,
+                    body = self._bodies.body(
+                        self._seen.lease,
                         holder="",
                         duration=RELEASED_LEASE_DURATION,
                         acquire=now_wall,
@@ -446,36 +379,18 @@ class LeaseElector:
     # ---- observation ------------------------------------------------------------------------------
 
     def _observe(self, lease: dict[str, Any] | None) -> None:
-        """Remember the Lease as seen now; restart the expiry clock only if its spec changed."""
-        spec = None if lease is None else lease.get("spec")
-        if self._observed_spec is _ABSENT or spec != self._observed_spec:
-            self._observed_time = self._clock()
-            self._observed_spec = copy.deepcopy(spec)
-        self._observed_lease = lease
-        self._deletion_seen = False
-        if lease is None:
-            self._observed_record, self._observed_malformed = None, False
-        else:
-            try:
-                self._observed_record, self._observed_malformed = parse_lease(lease), False
-            except MalformedLease as exc:
-                if not self._observed_malformed:
-                    log.warning("lease %s: unreadable Lease (%s)", self._config.lease_name, exc)
-                self._observed_record, self._observed_malformed = None, True
-        rec = self._observed_record
+        """Remember the Lease as seen now (ObservedLease.update), then tell who holds it."""
+        error = self._seen.update(lease, self._clock)
+        if error is not None:
+            log.warning("lease %s: unreadable Lease (%s)", self._config.lease_name, error)
+        rec = self._seen.record
         if rec is not None and self._on_observed is not None:
-            _safe_call("on_observed", self._on_observed, rec)
+            safe_call("on_observed", self._on_observed, rec)
         self._report_leader((rec.holder_identity or None) if rec is not None else None)
 
     def _valid_at(self, now: float) -> bool:
-        """client-go isLeaseValid: observedTime + the record's leaseDurationSeconds is still ahead."""
-        if self._observed_record is not None:
-            duration: float = self._observed_record.lease_duration_seconds
-        elif self._observed_malformed:
-            duration = self._config.lease_duration_seconds  # unreadable: assume a normal lease
-        else:
-            return False  # no Lease at all
-        return self._observed_time + duration > now
+        """The last record seen is still in force at ``now`` (an unreadable one: for our own duration)."""
+        return self._seen.valid_at(now, self._config.lease_duration_seconds)
 
     def _report_leader(self, holder: str | None) -> None:
         if holder == self._reported_leader:
@@ -483,7 +398,7 @@ class LeaseElector:
         self._reported_leader = holder
         self._last_change = datetime.now(UTC)
         log.info("lease %s: leader is now %s", self._config.lease_name, holder or "(none)")
-        _safe_call("on_new_leader", self._callbacks.on_new_leader, holder)
+        safe_call("on_new_leader", self._callbacks.on_new_leader, holder)
 
     def _start_leading(self) -> None:
         self._leading = True
@@ -491,8 +406,8 @@ class LeaseElector:
         self._last_change = datetime.now(UTC)
         log.info("lease %s: %s started leading", self._config.lease_name, self._config.identity)
         if self._on_transition is not None:
-            _safe_call("on_transition", self._on_transition, True)
-        _safe_call("on_started_leading", self._callbacks.on_started_leading, self._taken_over_from)
+            safe_call("on_transition", self._on_transition, True)
+        safe_call("on_started_leading", self._callbacks.on_started_leading, self._taken_over_from)
 
     def _stop_leading(self, reason: str) -> None:
         self._leading = False
@@ -504,50 +419,5 @@ class LeaseElector:
             level, "lease %s: %s stopped leading: %s", self._config.lease_name, self._config.identity, reason
         )
         if self._on_transition is not None:
-            _safe_call("on_transition", self._on_transition, False)
-        _safe_call("on_stopped_leading", self._callbacks.on_stopped_leading)
-
-    # ---- body -------------------------------------------------------------------------------------
-
-    def _lease_body(
-        self,
-        base: dict[str, Any] | None,
-        *,
-        holder: str,
-        duration: int,
-        acquire: datetime,
-        renew: datetime,
-        transitions: int,
-    ) -> dict[str, Any]:
-        cfg = self._config
-        return lease_body(
-            base,
-            name=cfg.lease_name,
-            namespace=cfg.lease_namespace,
-            holder=holder,
-            duration=duration,
-            acquire=acquire,
-            renew=renew,
-            transitions=transitions,
-            annotations=self._our_annotations(),
-        )
-
-    def _our_annotations(self) -> Mapping[str, str] | None:
-        if self._annotations is None:
-            return None
-        try:
-            return self._annotations()
-        except Exception:
-            # A failing watermark provider must not cost us the Lease: write the rest, keep the old value.
-            log.exception(
-                "lease %s: annotations() failed; keeping the previous ones", self._config.lease_name
-            )
-            return None
-
-
-def _safe_call(name: str, fn: Callable[..., None], *args: Any) -> None:
-    # Callbacks belong to other layers; their bugs must not break the election (or leave it half-done).
-    try:
-        fn(*args)
-    except Exception:
-        log.exception("leader election callback %s failed", name)
+            safe_call("on_transition", self._on_transition, False)
+        safe_call("on_stopped_leading", self._callbacks.on_stopped_leading)

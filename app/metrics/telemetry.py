@@ -39,6 +39,7 @@ class Limit(StrEnum):
     ACCELERATOR_CLASSES = "accelerator_classes"  # accelerator classes beyond the cap: "other"
     FAILURE_REASONS = "failure_reasons"  # well-formed failure reasons beyond the cap: "other"
     REQUESTED_QUANTITY = "requested_quantity"  # TrainJobs requesting above the ceilings: out of histograms
+    HANDOVER_HISTORY = "handover_history"  # preempted jobs beyond what the Lease carries
 
 
 # A `*_created` series per counter doubles the self-telemetry series for no operational value (the

@@ -21,8 +21,10 @@ It holds the runtime snapshot, the TrainJob gauge (app/trainer/refs.py) and the 
   initial-list rule is the same: a job already resumed in it is not observed.
 
   No table is kept for these two: a job's projection says whether it runs / is resumed now. Only the
-  jobs that ran (or were resumed) and are not running (resumed) now sit in a set, so that coming back
-  is not a new edge; these sets hold a few preempted jobs, not the population.
+  jobs that ran (or were resumed) and are not running (resumed) now are remembered (app/trainer/history.py),
+  so that coming back is not a new edge: a few preempted jobs, not the population. The leader publishes
+  them in the Lease and every replica merges them (``published_history``, ``inherit_history``): a replica
+  that started while a job was preempted does not take its next run for its first.
 
 It is a plain synchronous object (handlers run on the event loop and must be cheap): every
 notification does O(1) dict work. No per-job table is kept beside the informer's cache: a job's
@@ -41,21 +43,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from app.kube.logthrottle import short
 from app.trainer import rules
+from app.trainer.event_builder import (
+    MAX_ACCELERATOR_CLASSES,
+    MAX_FAILURE_REASONS,
+    EventBuilder,
+    LoggedOnce,
+)
 from app.trainer.events import (
     CountableEvent,
     GaugeKey,
-    JobAdmitted,
-    JobCreated,
-    JobFinished,
-    JobStarted,
     RuntimeInfo,
     TrainerSink,
 )
+from app.trainer.history import TOMB_ADMITTED, TOMB_RAN, TOMB_TERMINAL, EdgeHistory
 from app.trainer.kinds import TRAINER_GROUP
 from app.trainer.pending import PendingCreated, Waiting
 from app.trainer.projections import (
@@ -65,34 +70,15 @@ from app.trainer.projections import (
     STATE_BY_FLAGS,
     RuntimeProjection,
     TrainJobProjection,
+    compact_uid,
+    uid_text,
 )
 from app.trainer.refs import RuntimeRefs
 from app.trainer.terminal import TerminalEntry, TerminalSet
 
 log = logging.getLogger(__name__)
 
-_FIXED_REASONS: Final = frozenset(rules.REASONS)
-
-_MAX_LOGGED_MALFORMED: Final = 10_000  # bound on the "already logged" uid set
-_MAX_LOGGED_KEY: Final = 300  # characters of a key / name / uid in a warning line
-ACCELERATOR_CLASSES_LIMIT: Final = "accelerator_classes"  # app.metrics.telemetry.Limit
-# Distinct accelerator_class label values (besides "none") before further classes become "other".
-MAX_ACCELERATOR_CLASSES: Final = 32
-OTHER_ACCELERATOR_CLASS: Final = "other"
-FAILURE_REASONS_LIMIT: Final = "failure_reasons"  # app.metrics.telemetry.Limit
-# A created TrainJob whose request exceeds rules.requests_within_ceilings: out of the histograms.
-REQUESTED_QUANTITY_LIMIT: Final = "requested_quantity"  # app.metrics.telemetry.Limit
-# Distinct reason label values beyond rules.REASONS before further reasons become "other".
-MAX_FAILURE_REASONS: Final = 32
-# What a tombstone remembers of a deleted uid (bits), so that a spurious re-add counts none of it again.
-_TOMB_TERMINAL: Final = 1  # its terminal edge was recorded
-_TOMB_RAN: Final = 2  # it was seen running (time to running observed or not observable)
-_TOMB_ADMITTED: Final = 4  # it was seen resumed (admission wait observed or not observable)
 _RUNNING: Final = rules.RUNNING
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= _MAX_LOGGED_KEY else f"{text[:_MAX_LOGGED_KEY]}...({len(text)} chars)"
 
 
 def _gauge_key(job: TrainJobProjection) -> GaugeKey:
@@ -142,17 +128,6 @@ class _RuntimeHandler:
         self._s._runtime_deleted(last)
 
 
-def _rv(resource_version: int | str) -> int:
-    """The resourceVersion (as TrainJobProjection.rv stores it) as an int for the journal's watermark;
-    0 when it is not a number (resourceVersions are opaque by contract, numeric in practice)."""
-    if type(resource_version) is int:
-        return resource_version
-    try:
-        return int(resource_version) if resource_version.isdigit() else 0  # type: ignore[union-attr]
-    except ValueError:  # pragma: no cover - isdigit() admits a few non-ASCII digits int() rejects
-        return 0
-
-
 class TrainerState:
     def __init__(
         self,
@@ -177,16 +152,9 @@ class TrainerState:
         once used, keeps its label (the series it created stay). Wire it to SelfTelemetry.limit_hit.
         ``accelerator_patterns``: the resource names that are accelerators (rules.AcceleratorMatcher)."""
         self._sink = sink
-        self._on_limit = on_limit
-        self._accelerators = rules.AcceleratorMatcher(accelerator_patterns)
-        self._max_accelerator_classes = max(0, max_accelerator_classes)
-        self._accelerator_classes: set[str] = set()
-        self._max_failure_reasons = max(0, max_failure_reasons)
-        self._failure_reasons: set[str] = set()
         self._wait = max(0.0, runtime_wait_seconds)
         self._clock = clock
         self._wall_clock = wall_clock
-        self._max_tombstones = max(0, max_tombstones)
 
         self.job_handler = _JobHandler(self)
         self.runtime_handler = _RuntimeHandler(self)
@@ -196,16 +164,20 @@ class TrainerState:
         self._refs = RuntimeRefs(sink, max_unknown=max_unknown_runtime_refs, on_limit=on_limit)
 
         self._terminal = TerminalSet()
-        # recently deleted uid keys -> _TOMB_* bits
-        self._tombstones: OrderedDict[bytes | str, int] = OrderedDict()
-        # uid keys of live, not terminal jobs seen running (resumed) before but not now: their next running
-        # state (Resumed condition) is not a first one. A job's projection covers the running (resumed) ones.
-        self._ran: set[bytes | str] = set()
-        self._admitted: set[bytes | str] = set()
+        # jobs that ran (were resumed) before but not now, and recently deleted uids
+        self._history = EdgeHistory(max_tombstones=max_tombstones)
 
         self._pending = PendingCreated()
 
-        self._malformed_logged: set[bytes | str] = set()  # uid keys (jobs) and uids (runtimes)
+        self._malformed_logged = LoggedOnce()  # uid keys (jobs) and uids (runtimes)
+        self._events = EventBuilder(
+            self._refs,
+            self._malformed_logged,
+            on_limit=on_limit,
+            accelerator_patterns=accelerator_patterns,
+            max_accelerator_classes=max_accelerator_classes,
+            max_failure_reasons=max_failure_reasons,
+        )
         # The rv an informer held before the gap while it applies a relist diff, else 0 (see events.py).
         self._relist_since = 0
 
@@ -241,12 +213,34 @@ class TrainerState:
     def runtime_accelerators(self, runtime: RuntimeProjection) -> tuple[tuple[str, int], ...]:
         """(class, per-node count) of each accelerator the runtime's trainer container requests by itself
         (for /debug/snapshot); empty when none."""
-        return self._accelerators.per_node(runtime.node_resources)
+        return self._events.accelerators.per_node(runtime.node_resources)
 
     @property
     def unknown_runtime_refs(self) -> int:
         """Distinct refs of live jobs whose runtime is not in the snapshot but keep their label."""
         return self._refs.unknown_in_use
+
+    @property
+    def history(self) -> EdgeHistory:
+        """What is remembered beyond the projections: preempted jobs' edges, tombstones (read-only use)."""
+        return self._history
+
+    def published_history(self) -> tuple[list[str], list[str]]:
+        """(uids that ran before, uids that were admitted before) for the Lease (app/handover/history.py)."""
+        ran, admitted = self._history.published()
+        return [uid_text(u) for u in ran], [uid_text(u) for u in admitted]
+
+    def inherit_history(self, ran: Iterable[str], admitted: Iterable[str]) -> int:
+        """Merge what another replica published: those jobs' next run (admission) is not a first one.
+        Returns how many facts were new to this replica."""
+        return self._history.inherit((compact_uid(u) for u in ran), (compact_uid(u) for u in admitted))
+
+    def forget_inherited_except(self, present_uids: Iterable[bytes | str]) -> int:
+        """Drop inherited facts of jobs absent from the synced caches (``present_uids``: uid keys)."""
+        wanted = self._history.inherited_keys()
+        if not wanted:
+            return 0
+        return self._history.forget_inherited_except({u for u in present_uids if u in wanted})
 
     @property
     def terminal_count(self) -> int:
@@ -287,121 +281,13 @@ class TrainerState:
             self.flush_pending()
 
     def _emit_pending(self, entry: Waiting) -> None:
-        self._sink.on_countable(self._created_event(entry.job, entry.since))
+        self._sink.on_countable(self._events.created(entry.job, entry.since))
         for event in entry.deferred:
             self._sink.on_countable(event)
         if entry.finished is not None:
-            self._sink.on_countable(self._finished_event(entry.finished, entry.finished_since))
+            self._sink.on_countable(self._events.finished(entry.finished, entry.finished_since))
 
     # --- events ----------------------------------------------------------------------------------
-
-    def _created_event(self, job: TrainJobProjection, since: int) -> JobCreated:
-        raw = job.runtime_ref
-        runtime = self._refs.by_ref.get(raw)
-        nodes = rules.requested_nodes(job.num_nodes, runtime.default_nodes if runtime is not None else None)
-        # The trainer container's resources as the controller builds them (newRuntimeInfo): the runtime's
-        # node container, computed once per runtime version, with the job's resourcesPerNode merged in
-        # when the controller merges it (memoised per pair). A runtime that never arrived leaves the job's
-        # own resourcesPerNode: the best we know.
-        if runtime is None:
-            resources = job.resources or rules.NO_RESOURCES
-        elif job.resources is not None and runtime.merges_job_resources:
-            resources = rules.merge_resources(runtime.node_resources, job.resources)
-        else:
-            resources = runtime.node_resources
-        per_node = self._accelerators.per_node(resources)
-        nodes_ok, accelerators_ok = rules.requests_within_ceilings(per_node, nodes)
-        if not accelerators_ok:
-            self._request_out_of_range(job, nodes, per_node)
-        accelerators = rules.requested_accelerators(per_node, nodes)
-        if accelerators is not rules.NO_ACCELERATORS:
-            accelerators = self._cap_accelerator_classes(accelerators)
-        first_class, first_count = accelerators[0]
-        return JobCreated(
-            rv=_rv(job.rv),
-            uid=job.uid,
-            namespace=job.namespace_label,
-            runtime_ref=self._refs.label(raw),
-            requested_nodes=nodes,
-            accelerator_class=first_class,
-            requested_accelerators=first_count,
-            since=since,
-            more_accelerators=accelerators[1:],
-            nodes_observed=nodes_ok,
-            accelerators_observed=accelerators_ok,
-        )
-
-    def _request_out_of_range(
-        self, job: TrainJobProjection, nodes: int, per_node: tuple[tuple[str, int], ...]
-    ) -> None:
-        """A request nobody makes (numNodes or an accelerator count above the ceilings): counted as a
-        limit hit, logged once per job, and kept out of the histograms by the caller."""
-        if self._on_limit is not None:
-            self._on_limit(REQUESTED_QUANTITY_LIMIT)
-        uid = job.uid_key
-        if uid in self._malformed_logged:
-            return
-        if len(self._malformed_logged) >= _MAX_LOGGED_MALFORMED:
-            self._malformed_logged.clear()
-        self._malformed_logged.add(uid)
-        log.warning(
-            "TrainJob %s (uid %s) requests %d nodes and %s per node, above the ceilings (%d nodes, %d "
-            "accelerators per node, %d per job); counted, but left out of the requested-nodes and "
-            "requested-accelerators histograms",
-            _short(job.key),
-            _short(job.uid),
-            nodes,
-            _short(", ".join(f"{count} {cls}" for cls, count in per_node) or "no accelerators"),
-            rules.MAX_REQUESTED_NODES,
-            rules.MAX_ACCELERATORS_PER_NODE,
-            rules.MAX_ACCELERATORS_PER_JOB,
-        )
-
-    def _cap_accelerator_classes(self, accelerators: rules.Accelerators) -> rules.Accelerators:
-        """Classes beyond ``max_accelerator_classes`` distinct ones become "other" (one observation per
-        job: the counts of a job's classes that all became "other" are summed)."""
-        known = self._accelerator_classes
-        other = -1  # summed count of this job's classes that became "other"; -1: none did
-        kept: list[tuple[str, int]] = []
-        for cls, count in accelerators:
-            if cls not in known:
-                if len(known) < self._max_accelerator_classes:
-                    known.add(cls)
-                else:
-                    other = max(other, 0) + count
-                    if self._on_limit is not None:
-                        self._on_limit(ACCELERATOR_CLASSES_LIMIT)
-                    continue
-            kept.append((cls, count))
-        if other < 0:
-            return accelerators
-        kept.append((OTHER_ACCELERATOR_CLASS, other))
-        return tuple(sorted(kept))
-
-    def _finished_event(self, job: TrainJobProjection, since: int) -> JobFinished:
-        return JobFinished(
-            rv=_rv(job.rv),
-            uid=job.uid,
-            result=job.result,
-            reason=self._reason_label(job.result, job.reason),
-            runtime_ref=self._refs.label(job.runtime_ref),
-            lifetime_seconds=rules.lifetime_seconds(job.created, job.terminal_time),
-            namespace=job.namespace_label,
-            since=since,
-        )
-
-    def _reason_label(self, result: str, reason: str) -> str:
-        """rules.reason_bucket, with at most ``max_failure_reasons`` distinct names beyond rules.REASONS
-        (a hand-edited or buggy controller could write a new reason per job)."""
-        label = rules.reason_bucket(result, reason)
-        if label in _FIXED_REASONS or label in self._failure_reasons:
-            return label
-        if len(self._failure_reasons) < self._max_failure_reasons:
-            self._failure_reasons.add(label)
-            return label
-        if self._on_limit is not None:
-            self._on_limit(FAILURE_REASONS_LIMIT)
-        return rules.OTHER_REASON
 
     def _count_created(self, job: TrainJobProjection) -> None:
         raw = job.runtime_ref
@@ -410,39 +296,19 @@ class TrainerState:
         if self._wait > 0 and raw != rules.UNKNOWN and raw not in self._refs.by_ref:
             self._pending.add(job, raw, self._clock() + self._wait, self._relist_since)
             return
-        self._sink.on_countable(self._created_event(job, self._relist_since))
+        self._sink.on_countable(self._events.created(job, self._relist_since))
 
     def _count_started(self, job: TrainJobProjection) -> None:
         startup = rules.seconds_since_creation(job.created, self._wall_clock())
         if startup is None:
             return  # no creationTimestamp (malformed, logged): nothing to observe
-        self._count_later(
-            job,
-            JobStarted(
-                rv=_rv(job.rv),
-                uid=job.uid,
-                runtime_ref=self._refs.label(job.runtime_ref),
-                startup_seconds=startup,
-                namespace=job.namespace_label,
-                since=self._relist_since,
-            ),
-        )
+        self._count_later(job, self._events.started(job, startup, self._relist_since))
 
     def _count_admitted(self, job: TrainJobProjection) -> None:
         wait = rules.seconds_since_creation(job.created, job.resumed_time)
         if wait is None:
             return  # a timestamp is missing or unparsable (malformed, logged)
-        self._count_later(
-            job,
-            JobAdmitted(
-                rv=_rv(job.rv),
-                uid=job.uid,
-                runtime_ref=self._refs.label(job.runtime_ref),
-                wait_seconds=wait,
-                namespace=job.namespace_label,
-                since=self._relist_since,
-            ),
-        )
+        self._count_later(job, self._events.admitted(job, wait, self._relist_since))
 
     def _count_later(self, job: TrainJobProjection, event: CountableEvent) -> None:
         """An edge after created: it waits behind a created edge still waiting for its runtime."""
@@ -457,17 +323,20 @@ class TrainerState:
         tombstone bits when it is a deleted uid seen again, else 0)."""
         uid = job.uid_key
         flags = job.flags
-        ran = bool(tomb & _TOMB_RAN) or uid in self._ran
+        history = self._history
+        ran = bool(tomb & TOMB_RAN) or history.ran_before(uid)
         if flags & RESUMED:
-            if not ran and not tomb & _TOMB_ADMITTED and uid not in self._admitted:
+            if not ran and not tomb & TOMB_ADMITTED and not history.admitted_before(uid):
                 self._count_admitted(job)
-        elif tomb & _TOMB_ADMITTED:
-            self._admitted.add(uid)
+            history.resumed_again(uid)
+        elif tomb & TOMB_ADMITTED:
+            history.suspended_again(uid)
         if STATE_BY_FLAGS[flags & 7] == _RUNNING:
             if not ran:
                 self._count_started(job)
+            history.running_again(uid)
         elif ran:
-            self._ran.add(uid)
+            history.left_running(uid)
 
     def _later_edges(self, old_state: str, new: TrainJobProjection, resumed_changed: bool) -> None:
         """Admitted and started edges of an update of a not-terminal job (state or Resumed changed)."""
@@ -475,21 +344,21 @@ class TrainerState:
         if uid in self._terminal:
             return  # it was terminal: every edge before that is behind us
         new_state = new.state
+        history = self._history
         if resumed_changed:
             if not new.flags & RESUMED:
-                self._admitted.add(uid)  # suspended again (preempted): its next Resumed is no admission
-            elif uid in self._admitted:
-                self._admitted.discard(uid)
-            elif old_state != _RUNNING and uid not in self._ran:
+                history.suspended_again(uid)  # suspended again (preempted): its next Resumed is no admission
+            elif history.admitted_before(uid):
+                history.resumed_again(uid)
+            elif old_state != _RUNNING and not history.ran_before(uid):
                 self._count_admitted(new)
         if old_state != new_state:
             if new_state == _RUNNING:
-                if uid in self._ran:
-                    self._ran.discard(uid)  # ran before; its projection says so while it runs
-                else:
+                if not history.ran_before(uid):
                     self._count_started(new)
+                history.running_again(uid)  # its projection says it ran while it runs
             elif old_state == _RUNNING:
-                self._ran.add(uid)
+                history.left_running(uid)
 
     def _count_finished(self, job: TrainJobProjection) -> None:
         entry = self._pending.get(job.uid_key)
@@ -497,7 +366,7 @@ class TrainerState:
             entry.finished = job
             entry.finished_since = self._relist_since
             return
-        self._sink.on_countable(self._finished_event(job, self._relist_since))
+        self._sink.on_countable(self._events.finished(job, self._relist_since))
 
     # --- TrainJob notifications ------------------------------------------------------------------
 
@@ -512,14 +381,14 @@ class TrainerState:
             if job.result and uid not in self._terminal:
                 self._terminal.record(job, self._wall_clock())
             return
-        tomb = self._tombstones.pop(uid, None)
+        tomb = self._history.pop_tombstone(uid)
         seen = tomb is not None or uid in self._terminal or uid in self._pending
         if not seen:
             self._count_created(job)
         if job.result:
             if uid not in self._terminal:
                 self._terminal.record(job, self._wall_clock())
-                if tomb is None or not tomb & _TOMB_TERMINAL:
+                if tomb is None or not tomb & TOMB_TERMINAL:
                     self._count_finished(job)
         elif uid not in self._terminal:
             self._first_edges(job, tomb or 0)
@@ -558,8 +427,7 @@ class TrainerState:
         if new.result:
             if uid not in self._terminal:
                 self._terminal.record(new, self._wall_clock())
-                self._ran.discard(uid)  # the terminal set guards it from now on
-                self._admitted.discard(uid)
+                self._history.terminal(uid)  # the terminal set guards it from now on
                 if not old.result:  # the edge; an unrecorded old terminal state was never an edge we saw
                     self._count_finished(new)
         elif old_state != new_state or (old_flags ^ new_flags) & RESUMED:
@@ -571,31 +439,24 @@ class TrainerState:
         if uid in self._pending:
             self._emit_pending(self._pending.take(uid))  # it was created; count it with what we know now
         self._refs.remove(_gauge_key(last))
-        tomb = _TOMB_TERMINAL if self._terminal.pop(uid, None) is not None else 0
-        if last.state == _RUNNING or uid in self._ran:
-            tomb |= _TOMB_RAN
-            self._ran.discard(uid)
-        if last.flags & RESUMED or uid in self._admitted:
-            tomb |= _TOMB_ADMITTED
-            self._admitted.discard(uid)
+        self._history.deleted(
+            uid,
+            terminal=self._terminal.pop(uid, None) is not None,
+            running=last.state == _RUNNING,
+            resumed=bool(last.flags & RESUMED),
+        )
         self._malformed_logged.discard(uid)
-        if self._max_tombstones:
-            self._tombstones[uid] = tomb
-            if len(self._tombstones) > self._max_tombstones:
-                self._tombstones.popitem(last=False)
 
     def _check_malformed(self, job: TrainJobProjection) -> None:
         uid = job.uid_key
         if not job.flags & MALFORMED or uid in self._malformed_logged:
             return
-        if len(self._malformed_logged) >= _MAX_LOGGED_MALFORMED:
-            self._malformed_logged.clear()  # bounded; at worst a job is logged twice
         self._malformed_logged.add(uid)
         log.warning(
             "TrainJob %s (uid %s, resourceVersion %s) has unusable fields; counted with defaults",
-            _short(job.key),
-            _short(job.uid),
-            _short(job.resource_version),
+            short(job.key),
+            short(job.uid),
+            short(job.resource_version),
         )
 
     # --- runtime notifications -------------------------------------------------------------------
@@ -608,9 +469,9 @@ class TrainerState:
             log.warning(
                 "%s %s (uid %s, resourceVersion %s) has unusable fields; used with defaults",
                 new.kind,
-                _short(new.key),
-                _short(new.uid),
-                _short(new.resource_version),
+                short(new.key),
+                short(new.uid),
+                short(new.resource_version),
             )
         if old is not None and (old.kind, old.namespace, old.name) != (new.kind, new.namespace, new.name):
             self._runtime_deleted(old, notify=False)

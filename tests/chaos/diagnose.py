@@ -403,7 +403,7 @@ class MemorySoak(DiagnosedSoak):
             svc = e.replica.service
             out[ident] = {
                 "journal": len(svc.journal._journal),
-                "tombstones": len(svc.state._tombstones),
+                "tombstones": svc.state.history.tombstones,
                 "terminal": svc.state.terminal_count,
                 "cache": sum(len(i) for i in svc.informers),
             }

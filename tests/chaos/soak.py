@@ -924,7 +924,7 @@ class Soak:
             "rss_mb": round(rss_bytes() / 2**20, 1),
             "replicas": len(services),
             "journal_entries": sum(len(s.journal._journal) for s in services),
-            "tombstones": sum(len(s.state._tombstones) for s in services),
+            "tombstones": sum(s.state.history.tombstones for s in services),
             "cached_objects": sum(len(i) for s in services for i in s.informers),
             "sim_history_events": len(self.sim.store._history),
         }

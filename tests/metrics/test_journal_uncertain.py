@@ -8,7 +8,8 @@ floor."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+
+import msgspec
 
 from app.handover.journal import CountJournal
 from app.handover.settle import HeldEdgeSettler, counted_before
@@ -25,8 +26,8 @@ def make() -> tuple[CountJournal, RecordingSink, Telemetry, list[int]]:
 
 def test_a_relisted_edge_across_the_floor_is_held_at_takeover_and_settled() -> None:
     journal, rec, tel, signals = make()
-    old = dataclasses.replace(created(130, uid="old"), since=90)  # edge in (90, 130]: maybe <= floor 100
-    new = dataclasses.replace(created(140, uid="new"), since=90)
+    old = msgspec.structs.replace(created(130, uid="old"), since=90)  # edge in (90, 130]: maybe <= floor 100
+    new = msgspec.structs.replace(created(140, uid="new"), since=90)
     plain = created(120, uid="plain")  # seen on a watch at 120 > floor: counted
     for e in (old, new, plain):
         journal.on_countable(e)
@@ -51,16 +52,16 @@ def test_a_relisted_edge_across_the_floor_is_held_at_takeover_and_settled() -> N
 def test_a_live_relisted_edge_while_leading_is_held_too() -> None:
     journal, rec, _, signals = make()
     journal.start_leading(100)
-    journal.on_countable(dataclasses.replace(finished(130, uid="a"), since=50))
-    journal.on_countable(dataclasses.replace(finished(131, uid="b"), since=100))  # gap began at the floor
-    journal.on_countable(dataclasses.replace(finished(90, uid="c"), since=50))  # at or below: skipped
+    journal.on_countable(msgspec.structs.replace(finished(130, uid="a"), since=50))
+    journal.on_countable(msgspec.structs.replace(finished(131, uid="b"), since=100))  # gap began at the floor
+    journal.on_countable(msgspec.structs.replace(finished(90, uid="c"), since=50))  # at or below: skipped
     assert [e.uid for e in rec.events] == ["b"]
     assert journal.uncertain == 1 and len(signals) == 1
 
 
 def test_uncertain_events_are_dropped_at_stop_and_weighed_again_next_term() -> None:
     journal, rec, _, _ = make()
-    held = dataclasses.replace(created(130, uid="x"), since=90)
+    held = msgspec.structs.replace(created(130, uid="x"), since=90)
     journal.on_countable(held)
     journal.start_leading(100)
     journal.stop_leading()
@@ -85,7 +86,7 @@ async def test_held_edges_are_all_counted_when_the_floor_cannot_be_read() -> Non
     # The settler needs the journal, so it is built next; the hook runs only once leading.
     journal = CountJournal(rec, journal_size=100, on_uncertain=lambda: settler.schedule())  # noqa: PLW0108
     settler = HeldEdgeSettler(journal, lambda: None, page_size=10)  # no client: the read fails
-    held = dataclasses.replace(created(130, uid="x"), since=90)
+    held = msgspec.structs.replace(created(130, uid="x"), since=90)
     journal.on_countable(held)
     journal.start_leading(100)
     assert journal.uncertain == 1

@@ -129,7 +129,7 @@ def test_a_job_seen_running_for_the_first_time_is_observed_once() -> None:
     assert len(started(sink)) == 1
     # Resumed after it ran: a re-admission, not an admission wait.
     assert admitted(sink) == []
-    assert not state._ran and not state._admitted  # the terminal set guards it now
+    assert not state.history.ran and not state.history.admitted  # the terminal set guards it now
 
 
 def test_running_in_the_initial_list_is_never_observed() -> None:
@@ -246,7 +246,7 @@ def test_status_writes_that_change_nothing_cost_no_edge_work() -> None:
     for rv in range(11, 200):
         d.to(job(rv=rv, ready=True))
     assert [type(e) for e in sink.events] == [JobCreated, JobStarted]
-    assert not state._ran and not state._admitted
+    assert not state.history.ran and not state.history.admitted
 
 
 def test_negative_startup_from_clock_skew_is_zero() -> None:
@@ -323,3 +323,81 @@ def test_resumed_condition_and_trainer_status_are_projected_alike_on_both_paths(
     plain = TRAINJOB_PROJECTOR.from_json(obj)
     assert plain is not None and plain.progress is None and plain.resumed_time == CREATED_EPOCH + 450
     assert TRAINJOB_PROJECTOR.wire_type is TrainJobWire and "trainerStatus" not in JobStatus.__struct_fields__
+
+
+# --- jobs that ran before, known from another replica (app/trainer/history.py) --------------------------
+# A preempted TrainJob and one waiting for its first admission look the same: the controller writes
+# Suspended=True/"Suspended" for both (kubeflow/trainer v2.3.0 pkg/controller/trainjob_controller.go,
+# setSuspendedCondition), and JobSet suspends the child Jobs of both (kubernetes-sigs/jobset
+# pkg/controllers/jobset_controller.go, suspendJobs). Only a replica that saw the job run knows.
+
+PREEMPTED_UID = "0a1b2c3d-0000-4000-8000-00000000000a"
+
+
+def _preempted(rv: int) -> TrainJobProjection:
+    return job(rv=rv, uid=PREEMPTED_UID, suspend=True, suspended=True)
+
+
+def test_a_replica_started_while_a_job_was_preempted_counts_its_next_run_without_the_fact() -> None:
+    """The control: with no inherited fact, the next run after a preemption looks like the first."""
+    state, sink, _ = make()
+    d = Driver(state, _preempted(20), initial=True)
+    d.to(job(rv=21, uid=PREEMPTED_UID, resumed=ADMITTED))
+    d.to(job(rv=22, uid=PREEMPTED_UID, resumed=ADMITTED, ready=True))
+    assert len(started(sink)) == 1 and len(admitted(sink)) == 1
+
+
+def test_an_inherited_fact_keeps_the_next_run_and_readmission_of_a_preempted_job_uncounted() -> None:
+    """The replica that saw the job run publishes it; the one that started while it was preempted merges it
+    and counts neither the re-admission nor the next run, and keeps knowing it after that run."""
+    leader, leader_sink, _ = make()
+    d = Driver(leader, job(rv=10, uid=PREEMPTED_UID, suspend=True, suspended=True), initial=False)
+    d.to(job(rv=11, uid=PREEMPTED_UID, resumed=ADMITTED))
+    d.to(job(rv=12, uid=PREEMPTED_UID, resumed=ADMITTED, ready=True))
+    d.to(_preempted(13))
+    assert len(started(leader_sink)) == 1 and len(admitted(leader_sink)) == 1
+    ran, was_admitted = leader.published_history()
+    assert ran == [PREEMPTED_UID] and was_admitted == [PREEMPTED_UID]
+
+    follower, sink, _ = make()
+    f = Driver(follower, _preempted(13), initial=True)
+    assert follower.inherit_history(ran, was_admitted) == 2
+    assert follower.inherit_history(ran, was_admitted) == 0  # merged, not duplicated
+    f.to(job(rv=14, uid=PREEMPTED_UID, resumed=ADMITTED))
+    f.to(job(rv=15, uid=PREEMPTED_UID, resumed=ADMITTED, ready=True))
+    f.to(_preempted(16))
+    f.to(job(rv=17, uid=PREEMPTED_UID, resumed=ADMITTED, ready=True))
+    assert started(sink) == [] and admitted(sink) == []
+    # It publishes the fact on in its turn (it saw the job leave running, then run again).
+    f.to(_preempted(18))
+    assert follower.published_history() == ([PREEMPTED_UID], [PREEMPTED_UID])
+
+
+def test_inherited_facts_end_with_the_job_and_skip_jobs_already_seen_deleted() -> None:
+    state, _, _ = make()
+    d = Driver(state, _preempted(20), initial=True)
+    state.inherit_history([PREEMPTED_UID], [PREEMPTED_UID])
+    d.to(job(rv=21, uid=PREEMPTED_UID, complete=True))
+    assert state.published_history() == ([], [])  # the terminal set guards it now
+    state.job_handler.on_deleted(d.current)
+    assert state.inherit_history([PREEMPTED_UID], []) == 0  # a late publication of a deleted job
+    assert state.history.inherited == 0
+
+
+def test_inherited_facts_about_jobs_absent_from_the_synced_caches_are_forgotten() -> None:
+    state, _, _ = make()
+    gone = "0a1b2c3d-0000-4000-8000-00000000000b"
+    p = _preempted(20)
+    state.job_handler.on_added(p, True)
+    state.inherit_history([PREEMPTED_UID, gone], [gone])
+    assert state.forget_inherited_except([p.uid_key]) == 2
+    assert state.published_history() == ([PREEMPTED_UID], [])
+
+
+def test_a_re_added_job_with_an_inherited_fact_counts_created_but_not_its_run() -> None:
+    """First seen after the initial list already running (a watch gap), but known to have run before."""
+    state, sink, _ = make()
+    state.inherit_history([PREEMPTED_UID], [PREEMPTED_UID])
+    state.job_handler.on_added(job(rv=30, uid=PREEMPTED_UID, resumed=ADMITTED, ready=True), False)
+    assert [type(e) for e in sink.events].count(JobCreated) == 1
+    assert started(sink) == [] and admitted(sink) == []

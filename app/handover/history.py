@@ -1,0 +1,116 @@
+"""The jobs that ran (were admitted) before, carried in the Lease from the leader to every other replica
+(docs/leadership.md, "Jobs that ran before").
+
+No field of a TrainJob says that it ran before: a preempted job looks like one waiting for its first
+admission (app/trainer/history.py). The leader publishes the uids of the live jobs it knows ran (were
+resumed) and do not run (are suspended) now, with every Lease renewal; every replica merges what it reads
+(app/service.py). So a replica that started while a job was preempted does not count the job's next
+run, or re-admission, as its first one, and the Lease keeps the facts across a restart of every replica.
+
+Format: one annotation per fact, the uids as their 16 UUID bytes concatenated and base64-encoded (22
+characters a uid). At most ``MAX_PUBLISHED`` uids each (about 44 KB; the API server allows 256 KB of
+annotations), so a renewal stays small; beyond it the rest are left out and the hit is counted.
+A uid that is not a UUID (the API server always assigns UUIDs) is left out.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final
+
+from app.kube.logthrottle import RateLimit
+
+__all__ = [
+    "ADMITTED_BEFORE_ANNOTATION",
+    "HISTORY_LIMIT",
+    "MAX_PUBLISHED",
+    "RAN_BEFORE_ANNOTATION",
+    "format_history",
+    "parse_history",
+]
+
+log = logging.getLogger(__name__)
+
+RAN_BEFORE_ANNOTATION: Final = "trainer-metrics.kubeflow.org/ran-before"
+ADMITTED_BEFORE_ANNOTATION: Final = "trainer-metrics.kubeflow.org/admitted-before"
+MAX_PUBLISHED: Final = 2048
+HISTORY_LIMIT: Final = "handover_history"  # app.metrics.telemetry.Limit
+
+_throttle = RateLimit(300.0)
+
+
+def _uid_bytes(uid: str) -> bytes | None:
+    if len(uid) != 36 or uid[8:24:5] != "----":
+        return None
+    try:
+        raw = bytes.fromhex(uid.replace("-", ""))
+    except ValueError:
+        return None
+    return raw if len(raw) == 16 else None
+
+
+def _uid_text(raw: bytes) -> str:
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _encode(uids: Iterable[str], on_limit: Callable[[str], None] | None) -> str:
+    out: list[bytes] = []
+    dropped = 0
+    for uid in uids:
+        raw = _uid_bytes(uid)
+        if raw is None:
+            continue
+        if len(out) >= MAX_PUBLISHED:
+            dropped += 1
+            continue
+        out.append(raw)
+    if dropped:
+        if on_limit is not None:
+            on_limit(HISTORY_LIMIT)
+        if _throttle.allow("published") is not None:
+            log.warning(
+                "%d preempted jobs are above the %d the Lease carries: a replica that starts now and leads "
+                "later may count their next run (admission) again",
+                dropped,
+                MAX_PUBLISHED,
+            )
+    return base64.b64encode(b"".join(sorted(out))).decode("ascii")
+
+
+def format_history(
+    ran: Iterable[str], admitted: Iterable[str], *, on_limit: Callable[[str], None] | None = None
+) -> dict[str, str]:
+    """The two annotations, from uid strings."""
+    return {
+        RAN_BEFORE_ANNOTATION: _encode(ran, on_limit),
+        ADMITTED_BEFORE_ANNOTATION: _encode(admitted, on_limit),
+    }
+
+
+def _decode(raw: str | None) -> list[str]:
+    if not raw:
+        return []
+    try:
+        data = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        data = b"\x00"  # not a multiple of 16: reported below
+    if len(data) % 16:
+        if _throttle.allow("malformed") is not None:
+            log.warning(
+                "ignoring a malformed ran-before/admitted-before annotation in the Lease (%r)", raw[:64]
+            )
+        return []
+    count = min(len(data) // 16, MAX_PUBLISHED)
+    return [_uid_text(data[i * 16 : i * 16 + 16]) for i in range(count)]
+
+
+def parse_history(annotations: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(uids that ran before, uids admitted before) from a Lease's annotations; empty when absent or
+    malformed (logged)."""
+    return _decode(annotations.get(RAN_BEFORE_ANNOTATION)), _decode(
+        annotations.get(ADMITTED_BEFORE_ANNOTATION)
+    )

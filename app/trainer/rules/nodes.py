@@ -1,0 +1,205 @@
+"""What a TrainJob requests per node and how many nodes: the node count (the job's numNodes, else its
+runtime's default) and the per-node resources (a container's requests and limits kept as canonical,
+interned lists, and a TrainJob's resourcesPerNode merged into its runtime's container as the controller
+merges them).
+
+Its own module because these are the quantities behind the requested-nodes and requested-accelerators
+histograms, read by both the TrainJob and the runtime projections; the memo and intern tables here are
+what keeps one template's thousands of TrainJobs sharing one value.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Final
+
+from app.trainer.quantity import accelerator_count
+from app.trainer.rules.labels import _MAX_MEMO_KEY, _MEMO_MAX, is_resource_name
+
+MAX_NUM_NODES: Final = 2**31 - 1  # numNodes is an int32
+
+
+def requested_nodes(job_num_nodes: int | None, runtime_nodes: int | None) -> int:
+    """``spec.trainer.numNodes``, else the runtime's default node count (``runtime_default_nodes``),
+    else 1 (pass ``None`` when the runtime is not known).
+
+    Every ML-policy plugin replaces the trainer PodSet count with ``spec.trainer.numNodes`` when it is
+    set (kubeflow/trainer v2.3.0 ``pkg/runtime/framework/plugins/{torch,jax,xgboost,plainml}``
+    EnforceMLPolicy; ``mpi/mpi.go`` EnforceMLPolicy; ``flux/flux.go`` reads it directly). 0 is a legal
+    request and stays 0. This is the *logical* node count, as in docs/design/product.md and #4190: MPI's
+    ``runLauncherAsNode`` only changes how many pods the ``node`` replicated job gets (``max(n-1, 1)``,
+    the launcher being the n-th node), not the number of training nodes requested.
+    """
+    if job_num_nodes is not None:
+        return job_num_nodes
+    if runtime_nodes is not None:
+        return runtime_nodes
+    return 1
+
+
+def runtime_default_nodes(
+    has_ml_policy: bool, ml_policy_num_nodes: int | None, trainer_ancestor: bool, parallelism: int | None
+) -> int:
+    """The node count the controller gives a runtime's trainer replicated job before the TrainJob's own
+    ``numNodes`` (kubeflow/trainer v2.3.0 ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo):
+    ``ptr.Deref(template.spec.parallelism, 1)``, replaced by ``ptr.Deref(mlPolicy.numNodes, 1)`` for the
+    job labelled ancestor-step ``trainer`` when the runtime has an mlPolicy. So a runtime without an
+    mlPolicy (or whose trainer job lacks the ancestor label) runs ``parallelism`` nodes, not 1.
+    """
+    if has_ml_policy and trainer_ancestor:
+        return 1 if ml_policy_num_nodes is None else ml_policy_num_nodes
+    return 1 if parallelism is None else parallelism
+
+
+def coerce_count(value: object) -> tuple[int | None, bool]:
+    """(count, malformed) for an int32 count such as numNodes; tolerant of what the schema forbids.
+
+    An integral float or a decimal string is accepted but flagged malformed; negatives, non-numbers
+    and fractions become ``None`` (so the next fallback applies) and are flagged; values beyond
+    int32 are clamped.
+    """
+    if value is None:
+        return None, False
+    if isinstance(value, bool):
+        return None, True
+    if isinstance(value, int):
+        if value < 0:
+            return None, True
+        return min(value, MAX_NUM_NODES), False
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return min(int(value), MAX_NUM_NODES), True
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 12:
+        return min(int(value), MAX_NUM_NODES), True
+    return None, True
+
+
+# --- per-node resources ---------------------------------------------------------------------------
+
+# A container's resource list as the rules keep it: (resource name, whole units rounded up) pairs sorted
+# by name; only valid resource names with parsable quantities. Requests and limits of one container.
+ResourceList = tuple[tuple[str, int], ...]
+NodeResources = tuple[ResourceList, ResourceList]  # (requests, limits)
+NO_RESOURCES: Final[NodeResources] = ((), ())
+
+# A real container names a handful of resources; beyond this a list is hostile and the rest is dropped.
+MAX_RESOURCE_ENTRIES: Final = 64
+
+
+def merge_resources(base: NodeResources, override: NodeResources) -> NodeResources:
+    """``override`` (a TrainJob's ``resourcesPerNode``) merged into ``base`` (the runtime's container).
+
+    kubeflow/trainer v2.3.0 ``pkg/util/trainingruntime/trainingruntime.go`` MergeResourceRequirements
+    (since trainer #3602): a strategic merge patch, so requests merge with requests and limits with limits,
+    per resource name, the override winning; a resource the override does not name keeps the runtime's
+    value (a CPU-only ``resourcesPerNode`` keeps the runtime's GPUs). Memoised: one entry per (runtime
+    version, distinct override) pair.
+    """
+    if not override[0] and not override[1]:
+        return base
+    key = (base, override)
+    hit = _MERGE_MEMO.get(key)
+    if hit is None:
+        hit = _intern_resources((_merge_list(base[0], override[0]), _merge_list(base[1], override[1])))
+        if len(_MERGE_MEMO) >= _MEMO_MAX:
+            _MERGE_MEMO.clear()
+        _MERGE_MEMO[key] = hit
+    return hit
+
+
+_MERGE_MEMO: dict[tuple[NodeResources, NodeResources], NodeResources] = {}
+
+
+def _merge_list(base: ResourceList, override: ResourceList) -> ResourceList:
+    if not override:
+        return base
+    if not base:
+        return override
+    merged = dict(base)
+    merged.update(override)
+    return tuple(sorted(merged.items()))
+
+
+def node_resources(requests: object, limits: object) -> tuple[NodeResources, bool]:
+    """(canonical resources, malformed) of a container's or ``resourcesPerNode``'s requests and limits.
+
+    Entries whose name is not a Kubernetes resource name (``is_resource_name``: it could never be a label
+    value) or whose quantity does not parse are dropped and flag ``malformed``, as do a non-mapping list
+    and entries beyond MAX_RESOURCE_ENTRIES; the API server accepts none of these. Interned and memoised:
+    TrainJobs of one template share one value, so a projection holds a pointer, not a copy.
+    """
+    req, bad_req = _resource_list(requests)
+    lim, bad_lim = _resource_list(limits)
+    return _intern_resources((req, lim)), bad_req or bad_lim
+
+
+def _intern_resources(resources: NodeResources) -> NodeResources:
+    shared = _RESOURCES_INTERN.get(resources)
+    if shared is None:
+        if len(_RESOURCES_INTERN) >= _MEMO_MAX:
+            _RESOURCES_INTERN.clear()
+        _RESOURCES_INTERN[resources] = shared = resources
+    return shared
+
+
+_RESOURCES_INTERN: dict[NodeResources, NodeResources] = {NO_RESOURCES: NO_RESOURCES}
+
+
+def _resource_list(source: object) -> tuple[ResourceList, bool]:
+    items = _memo_items(source)
+    if items is None:
+        return _parse_resource_list(source)
+    hit = _LIST_MEMO.get(items)
+    if hit is None:
+        hit = _parse_resource_list(source)
+        if len(_LIST_MEMO) >= _MEMO_MAX:
+            _LIST_MEMO.clear()
+        _LIST_MEMO[items] = hit
+    return hit
+
+
+_LIST_MEMO: dict[tuple[tuple[str, object], ...], tuple[ResourceList, bool]] = {}
+_NO_ITEMS: Final[tuple[tuple[str, object], ...]] = ()
+
+
+def _memo_items(source: object) -> tuple[tuple[str, object], ...] | None:
+    """A memo key for a resource list: its items when all names are short strings and all quantities
+    short strings or ints (type-exact, so "1" and 1 or true never share an entry), else None (not
+    memoised)."""
+    if source is None:
+        return _NO_ITEMS
+    if type(source) is not dict or len(source) > 16:
+        return None
+    items = tuple(source.items())
+    for name, quantity in items:
+        if type(name) is not str or len(name) > _MAX_MEMO_KEY:
+            return None
+        # int too (YAML-written objects carry `nvidia.com/gpu: 2`); never bool or float, which compare
+        # equal to ints (True == 1, 2.0 == 2) while they are not the same quantity to the parser.
+        if type(quantity) is int:
+            continue
+        if type(quantity) is not str or len(quantity) > _MAX_MEMO_KEY:
+            return None
+    return items
+
+
+def _parse_resource_list(source: object) -> tuple[ResourceList, bool]:
+    if source is None:
+        return (), False
+    if not isinstance(source, Mapping):
+        return (), True
+    malformed = False
+    entries: dict[str, int] = {}
+    for name, quantity in source.items():
+        if len(entries) >= MAX_RESOURCE_ENTRIES:
+            malformed = True
+            break
+        if not isinstance(name, str) or not is_resource_name(name):
+            malformed = True
+            continue
+        count = accelerator_count(quantity)
+        if count is None:
+            malformed = True
+            continue
+        entries[sys.intern(name)] = count
+    return tuple(sorted(entries.items())), malformed
