@@ -1,4 +1,5 @@
-"""Whom a connection or a request counts against, for the per-client limits (app/server.py, app/api/auth.py).
+"""Whom a connection or a request counts against, for the per-client limits (app/serving/guard.py,
+app/api/auth/budget.py).
 
 One IPv4 address, or the /64 of an IPv6 address: a single host usually holds a whole /64, so counting
 IPv6 addresses one by one would let it multiply its quota by 2^64.

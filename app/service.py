@@ -18,7 +18,6 @@ import contextlib
 import gc
 import logging
 import math
-import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -27,6 +26,7 @@ from app.config import Settings, unknown_env_vars
 from app.handover.candidacy import defer_to_warm_followers
 from app.handover.journal import CountJournal
 from app.handover.lease_payload import LeasePayload
+from app.handover.scrape_wait import wait_until_scraped
 from app.handover.served import ServedLedger
 from app.handover.settle import HeldEdgeSettler
 from app.handover.watermarks import LeaseWatermarks
@@ -54,9 +54,6 @@ from app.trainer.state import TrainerState
 log = logging.getLogger(__name__)
 
 _HOUSEKEEPING_INTERVAL = 1.0
-# A graceful stop gives up waiting for scrapes once none came for the zero hold plus this: every scraper
-# the hold is set for (interval <= hold) would have come by then, so nobody is scraping this replica.
-_NO_SCRAPE_GRACE = 1.0
 
 
 class Service:
@@ -309,37 +306,14 @@ class Service:
             # the wait covers them too.
             self.state.flush_pending(math.inf)
             self.journal.pause_counting()
-        wait = self.handover_wait_seconds
-        hold = self.ledger.hold
-        started = time.monotonic()
-        deadline = started + wait
-        reason = "nothing to wait for"
-        while self.journal.leading:
-            if self.ledger.all_seen():
-                log.info(
-                    "hand-over: every count of this leader has been scraped",
-                    extra={"waited_seconds": round(time.monotonic() - started, 3)},
-                )
-                self._handed_over = True
-                return True
-            now = time.monotonic()
-            last = self.ledger.last_render
-            quiet_until = (last if last is not None else started) + hold + _NO_SCRAPE_GRACE
-            if wait <= 0:
-                reason = "handover_wait_seconds is 0"
-                break
-            if now >= deadline:
-                reason = f"handover_wait_seconds ({wait:g} s) passed"
-                break
-            if now >= quiet_until:
-                reason = f"no scrape for {now - (last if last is not None else started):.1f} s"
-                break
-            wake = min(deadline, quiet_until)
-            seen_at = self.ledger.next_seen_at()
-            if seen_at is not None:
-                wake = min(wake, seen_at)
-            await self.ledger.wait_change(wake - now + 0.001)
-        else:
+        seen, reason, waited = await wait_until_scraped(self.ledger, self.journal, self.handover_wait_seconds)
+        if seen:
+            log.info(
+                "hand-over: every count of this leader has been scraped", extra={"waited_seconds": waited}
+            )
+            self._handed_over = True
+            return True
+        if reason is None:
             return self.ledger.all_seen()  # lost the Lease meanwhile: the elector released what it could
         self._handed_over = False
         log.warning(

@@ -4,7 +4,7 @@ OpenAPI schema.
 FastAPI's default /docs loads Swagger UI's JavaScript and CSS from a CDN, so in an air-gapped cluster it shows
 a blank page; this page needs nothing but the service (no script, no stylesheet, no external link).
 /openapi.json stays the machine-readable form. With auth on, both are behind the bearer-token check
-(``DEFAULT_PROTECTED_PREFIXES`` in app/api/auth.py): they describe the /debug endpoints too.
+(``DEFAULT_PROTECTED_PREFIXES`` in app/api/auth/middleware.py): they describe the /debug endpoints too.
 """
 
 from __future__ import annotations

@@ -222,7 +222,7 @@ class TrainerMetricState:
     def count_created(self, event: JobCreated) -> None:
         ref = event.runtime_ref
         self.created.inc((event.namespace, ref))
-        # A request above the ceilings (app/trainer/rules.py requests_within_ceilings) is not observed:
+        # A request above the ceilings (rules.requests_within_ceilings) is not observed:
         # one absurd job would otherwise dominate the histograms' sums for ever.
         if event.nodes_observed:
             self.requested_nodes.observe((ref,), event.requested_nodes)

@@ -9,7 +9,7 @@ Two ways in, one result:
   can. It never raises; it returns ``None`` only when the key or uid cannot be determined.
 
 Both paths end in the same builders (app/trainer/projections.py) and the same pure rules
-(app/trainer/rules.py), so they agree on every well-formed object (tests check this over every
+(app/trainer/rules/), so they agree on every well-formed object (tests check this over every
 manifest in app/sim/data).
 """
 
@@ -20,17 +20,14 @@ from typing import Any, Final, cast
 
 from app.trainer import rules
 from app.trainer.progress import DEFAULT_MAX_TRAINER_METRICS, TrainerProgress, json_metrics, trainer_progress
+from app.trainer.projection_build import build_job, build_runtime, job_with_status, object_key
 from app.trainer.projections import (
     MALFORMED,
     SUSPEND,
     ReplicatedJobParts,
     RuntimeProjection,
     TrainJobProjection,
-    build_job,
-    build_runtime,
     compact_rv,
-    job_with_status,
-    object_key,
     same_uid_text,
 )
 from app.trainer.wire import (

@@ -61,7 +61,7 @@ from app.trainer.events import (
     TrainerSink,
 )
 from app.trainer.history import TOMB_ADMITTED, TOMB_RAN, TOMB_TERMINAL, EdgeHistory
-from app.trainer.kinds import TRAINER_GROUP
+from app.trainer.inventory import RuntimeInventory
 from app.trainer.pending import PendingCreated, Waiting
 from app.trainer.projections import (
     BAD_NAMESPACE,
@@ -159,7 +159,6 @@ class TrainerState:
         self.job_handler = _JobHandler(self)
         self.runtime_handler = _RuntimeHandler(self)
 
-        self._inventory: dict[tuple[str, str, str], RuntimeProjection] = {}  # (kind, namespace, name)
         # runtimes by ref, and the gauge counted per raw ref (the sink sees effective keys)
         self._refs = RuntimeRefs(sink, max_unknown=max_unknown_runtime_refs, on_limit=on_limit)
 
@@ -170,6 +169,7 @@ class TrainerState:
         self._pending = PendingCreated()
 
         self._malformed_logged = LoggedOnce()  # uid keys (jobs) and uids (runtimes)
+        self._inventory = RuntimeInventory(self._malformed_logged)
         self._events = EventBuilder(
             self._refs,
             self._malformed_logged,
@@ -184,28 +184,10 @@ class TrainerState:
     # --- read side (debug endpoints, metric layer) ---------------------------------------------
 
     def runtime_info(self) -> list[RuntimeInfo]:
-        """One entry per current runtime (labels of kubeflow_trainer_runtime_info), sorted.
-
-        A runtime whose name or namespace is not a valid Kubernetes name (its ``ref`` is "unknown": no
-        TrainJob can reference it) is left out, so such a name never becomes a label value."""
-        return [
-            RuntimeInfo(
-                namespace=r.namespace,
-                name=r.name,
-                api_group=TRAINER_GROUP,
-                kind=r.kind,
-                ml_policy=r.ml_policy,
-                pod_group_policy=r.pod_group_policy,
-                framework=r.framework,
-            )
-            for _, r in sorted(self._inventory.items())
-            if r.ref != rules.UNKNOWN
-        ]
+        return self._inventory.runtime_info()
 
     def runtimes(self) -> list[RuntimeProjection]:
-        """The runtime inventory for /debug/snapshot (``ref``, policies, framework, ``num_nodes``,
-        accelerator, ``resource_version``), sorted by (kind, namespace, name)."""
-        return [r for _, r in sorted(self._inventory.items())]
+        return self._inventory.runtimes()
 
     def runtime(self, ref: str) -> RuntimeProjection | None:
         return self._refs.by_ref.get(ref)
@@ -462,20 +444,9 @@ class TrainerState:
     # --- runtime notifications -------------------------------------------------------------------
 
     def _runtime_put(self, old: RuntimeProjection | None, new: RuntimeProjection) -> None:
-        if new.malformed and new.uid not in self._malformed_logged:
-            # docs/design/product.md §6 invariant 6: a malformed runtime is used as best it can be, and
-            # logged once (per uid).
-            self._malformed_logged.add(new.uid)
-            log.warning(
-                "%s %s (uid %s, resourceVersion %s) has unusable fields; used with defaults",
-                new.kind,
-                short(new.key),
-                short(new.uid),
-                short(new.resource_version),
-            )
-        if old is not None and (old.kind, old.namespace, old.name) != (new.kind, new.namespace, new.name):
-            self._runtime_deleted(old, notify=False)
-        self._inventory[(new.kind, new.namespace, new.name)] = new
+        gone = self._inventory.put(old, new)
+        if gone is not None:
+            self._refs.runtime_gone(gone.ref)
         ref = new.ref
         if ref != rules.UNKNOWN:
             self._refs.runtime_known(new)
@@ -484,10 +455,8 @@ class TrainerState:
         self.flush_pending()
         self._sink.on_runtimes_changed()
 
-    def _runtime_deleted(self, last: RuntimeProjection, *, notify: bool = True) -> None:
-        self._inventory.pop((last.kind, last.namespace, last.name), None)
-        self._malformed_logged.discard(last.uid)
+    def _runtime_deleted(self, last: RuntimeProjection) -> None:
+        self._inventory.delete(last)
         self._refs.runtime_gone(last.ref)
-        if notify:
-            self.flush_pending()
-            self._sink.on_runtimes_changed()
+        self.flush_pending()
+        self._sink.on_runtimes_changed()

@@ -1,4 +1,4 @@
-"""Requested quantities have a documented ceiling (app/trainer/rules.py): a TrainJob asking for more nodes
+"""Requested quantities have a documented ceiling (app/trainer/rules/): a TrainJob asking for more nodes
 or accelerators than any real job is counted as created, counted as a limit hit (requested_quantity), and
 left out of the requested-nodes / requested-accelerators histograms, so that one "1e300 GPUs on 1,000 nodes"
 job does not add 9.2e21 to requested_accelerators_sum and every mean computed from it."""

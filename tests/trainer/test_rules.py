@@ -1,4 +1,4 @@
-"""Table-driven tests of the pure rules (app/trainer/rules.py)."""
+"""Table-driven tests of the pure rules (app/trainer/rules/)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,269 @@
+"""Builders of the compact projections (app/trainer/projections.py) from field values: both decoding paths
+(the typed wire structs and the tolerant JSON path, app/trainer/projectors.py) end here, so they agree on
+every well-formed object. The Trainer rules they apply live in app/trainer/rules/.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+
+from app.trainer import rules
+from app.trainer.progress import TrainerProgress
+from app.trainer.projections import (
+    _MAX_REASON,
+    BAD_NAMESPACE,
+    MALFORMED,
+    READY,
+    RESUMED,
+    SUSPEND,
+    SUSPENDED_CONDITION,
+    JobExtra,
+    ReplicatedJobParts,
+    RuntimeProjection,
+    TrainJobProjection,
+    compact_rv,
+    compact_uid,
+)
+from app.trainer.wire import Condition
+
+__all__ = ["build_job", "build_runtime", "job_with_status", "object_key", "runtime_trainer"]
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def object_key(namespace: str, name: str) -> str:
+    """The informer's cache key: "namespace/name", or "name" for a cluster-scoped object."""
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _generation(value: object) -> int | None:
+    # what msgspec's typed decode of an ``int | None`` admits, and not negative
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+        return value
+    return None
+
+
+def job_with_status(  # noqa: PLR0917 - positional: keyword passing costs ~75 ns more per watch event
+    key: str,
+    uid: bytes | str,
+    namespace: str,
+    resource_version: int | str,
+    created: float | None,
+    runtime_ref: str,
+    num_nodes: int | None,
+    resources: rules.NodeResources | None,
+    generation: int | None,
+    flags: int,
+    conditions: list[Condition] | None,
+    ready: bool,
+    progress: TrainerProgress | None = None,
+) -> TrainJobProjection:
+    """The projection of a job whose spec part is known (``flags``: its SUSPEND, BAD_NAMESPACE and
+    MALFORMED bits), with the status part derived from ``conditions``, ``ready`` and ``progress`` (the
+    trainerStatus, None unless the per-TrainJob series are on). An incremental update (nearly every watch
+    event) comes straight here with the cached projection's spec part.
+    """
+    result, reason, terminal_time = "", "", None
+    extra = None
+    if conditions:
+        result, terminal, suspended, resumed = rules.job_conditions(conditions)
+        if suspended:
+            flags |= SUSPENDED_CONDITION
+        if terminal is not None:
+            reason = _reason(terminal.reason)
+            ltt = terminal.lastTransitionTime
+            terminal_time = rules.parse_time(ltt)
+            if terminal_time is None and ltt is not None:
+                flags |= MALFORMED
+        if resumed is not None:
+            flags |= RESUMED
+            ltt = resumed.lastTransitionTime
+            resumed_time = rules.parse_time(ltt)
+            if resumed_time is None and ltt is not None:
+                flags |= MALFORMED
+            extra = JobExtra(resumed_time, progress)
+    if ready:
+        flags |= READY
+    if progress is not None and extra is None:
+        extra = JobExtra(None, progress)
+    return TrainJobProjection(
+        key,
+        uid,
+        namespace,
+        resource_version,
+        created,
+        runtime_ref,
+        num_nodes,
+        resources,
+        result,
+        reason,
+        terminal_time,
+        flags,
+        generation,
+        extra,
+    )
+
+
+def _reason(reason: str) -> str:
+    """The terminal reason as kept (interned). One longer than rules.MAX_REASON_LABEL is cut, and marked
+    with a trailing "…", which no well-formed reason has: cutting alone could leave a 64-character
+    CamelCase prefix that would pass for a reason of its own (and a label value)."""
+    if len(reason) > _MAX_REASON:
+        reason = reason[: _MAX_REASON - 1] + "…"
+    return sys.intern(reason)
+
+
+def build_job(
+    *,
+    name: str,
+    uid: str,
+    namespace: str,
+    resource_version: object,
+    generation: object,
+    creation_timestamp: object,
+    ref_group: object,
+    ref_kind: object,
+    ref_name: object,
+    num_nodes: object,
+    resources: tuple[object, object] | None,
+    suspend: object,
+    conditions: list[Condition] | None,
+    ready: bool,
+    malformed: bool,
+    progress: TrainerProgress | None = None,
+) -> TrainJobProjection:
+    """A TrainJob's projection from its fields as found (of any JSON type): an unusable value takes
+    its default and sets MALFORMED, as does ``malformed`` (the caller's own findings)."""
+    created = rules.parse_time(creation_timestamp)
+    if created is None:
+        malformed = True  # every stored object has a creationTimestamp
+    nodes, bad = rules.coerce_count(num_nodes)
+    malformed |= bad
+    node_resources: rules.NodeResources | None = None
+    if resources is not None:
+        node_resources, bad = rules.node_resources(resources[0], resources[1])
+        malformed |= bad
+    if suspend is not None and not isinstance(suspend, bool):
+        malformed = True
+    group, kind, rname = _str(ref_group), _str(ref_kind), _str(ref_name)
+    if rname is None or (ref_group is not None and group is None) or (ref_kind is not None and kind is None):
+        malformed = True
+    runtime_ref = rules.runtime_ref_label(group, kind, rname, namespace)
+    if runtime_ref == rules.UNKNOWN:
+        malformed = True  # not a Trainer runtime: the webhook would have refused it
+    rv = resource_version if isinstance(resource_version, str) else ""
+    namespace = sys.intern(namespace)
+    bad_namespace = not rules.is_dns_label(namespace)  # a real API server only sends DNS labels
+    flags = (
+        (SUSPEND if suspend is True else 0)
+        | (BAD_NAMESPACE if bad_namespace else 0)
+        | (MALFORMED if malformed or bad_namespace else 0)
+    )
+    return job_with_status(
+        object_key(namespace, name),
+        compact_uid(uid),
+        namespace,
+        compact_rv(rv),
+        created,
+        runtime_ref,
+        nodes,
+        node_resources,
+        _generation(generation),
+        flags,
+        conditions,
+        ready,
+        progress,
+    )
+
+
+def runtime_trainer(
+    replicated_jobs: Iterable[ReplicatedJobParts], ml_policy_obj: object
+) -> tuple[int, rules.NodeResources, bool, bool]:
+    """(default node count, trainer ``node`` container resources, whether a TrainJob's resourcesPerNode
+    merges into them, malformed) of a runtime's JobSet template, read as the controller reads it
+    (kubeflow/trainer v2.3.0 ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo).
+
+    - The node count comes from the controller's trainer PodSet: the first replicated job labelled
+      ancestor ``trainer`` (else, for runtimes without the label, the one named ``node``):
+      rules.runtime_default_nodes.
+    - The resources come from the ``node`` container of the first replicated job named ``node`` or
+      labelled ancestor ``trainer`` (the controller's own ``ExtractResourcePerNodeFromRuntime`` in
+      ``pkg/runtime/runtime.go``, and #4190's choice; for MPI runtimes with ``runLauncherAsNode`` this
+      is the ``node`` worker job, into which the controller merges resourcesPerNode as into the
+      launcher). Runtime patches (``spec.runtimePatches``) are not applied.
+    """
+    malformed = False
+    counted: tuple[bool, object] | None = None  # (ancestor-labelled, parallelism) of the trainer PodSet
+    resources: tuple[rules.NodeResources, bool] | None = None  # (resources, merges)
+    for job_name, labels, parallelism, containers in replicated_jobs:
+        ancestor = rules.is_trainer_ancestor(labels)
+        if ancestor and (counted is None or not counted[0]):
+            counted = (True, parallelism)
+        elif counted is None and job_name == rules.NODE:
+            counted = (False, parallelism)
+        if resources is None and (ancestor or job_name == rules.NODE):
+            for container_name, container_resources in containers:
+                if container_name != rules.NODE:
+                    continue
+                if isinstance(container_resources, tuple):
+                    res, bad = rules.node_resources(container_resources[0], container_resources[1])
+                    malformed |= bad
+                else:
+                    res = rules.NO_RESOURCES
+                resources = (res, rules.merges_job_resources(ml_policy_obj, job_name, ancestor))
+                break
+    nodes = 1
+    if counted is not None:
+        count, bad = rules.coerce_count(counted[1])
+        malformed |= bad
+        nodes = rules.runtime_default_nodes(
+            ml_policy_obj is not None, rules.runtime_num_nodes(ml_policy_obj)[0], counted[0], count
+        )
+    if resources is None:
+        return nodes, rules.NO_RESOURCES, False, malformed
+    return nodes, resources[0], resources[1], malformed
+
+
+def build_runtime(
+    *,
+    kind: str,
+    namespaced: bool,
+    name: str,
+    uid: str,
+    namespace: object,
+    resource_version: object,
+    labels: object,
+    ml_policy_obj: object,
+    pod_group_policy_obj: object,
+    replicated_jobs: Iterable[ReplicatedJobParts],
+    malformed: bool,
+) -> RuntimeProjection:
+    """A runtime's projection from its fields as found (see ``build_job``)."""
+    ns = sys.intern(namespace) if namespaced and isinstance(namespace, str) else ""
+    if namespaced and not ns:
+        malformed = True
+    num_nodes, bad = rules.runtime_num_nodes(ml_policy_obj)
+    malformed |= bad
+    default_nodes, node_resources, merges, bad = runtime_trainer(replicated_jobs, ml_policy_obj)
+    malformed |= bad
+    return RuntimeProjection(
+        key=object_key(ns, name),
+        uid=uid,
+        namespace=ns,
+        name=name,
+        kind=kind,
+        resource_version=resource_version if isinstance(resource_version, str) else "",
+        ref=rules.runtime_ref_label(rules.DEFAULT_RUNTIME_API_GROUP, kind, name, ns),
+        ml_policy=rules.ml_policy(ml_policy_obj),
+        pod_group_policy=rules.pod_group_policy(pod_group_policy_obj),
+        framework=rules.framework(labels),
+        num_nodes=num_nodes,
+        run_launcher_as_node=rules.run_launcher_as_node(ml_policy_obj),
+        default_nodes=default_nodes,
+        node_resources=node_resources,
+        merges_job_resources=merges,
+        malformed=malformed,
+    )
