@@ -197,6 +197,11 @@ class Settings(BaseSettings):
         "restarted from its last resourceVersion; also marks the informer stale in /readyz.",
     )
     list_page_size: int = Field(default=500, ge=1, le=10000, description="Items per LIST page.")
+    streaming_list: Literal["auto", "on", "off"] = Field(
+        default="off",
+        description="Sync informers by streaming list (a watch with sendInitialEvents) instead of the "
+        "paginated LIST: `on`, `off`, or `auto` (try it, use LIST for good if the server refuses it).",
+    )
     max_unknown_runtime_refs: int = Field(
         default=100,
         ge=0,
@@ -347,6 +352,11 @@ class Settings(BaseSettings):
             if error is not None:
                 raise ValueError(f"{pattern[:80]!r}: {error}")
         return value
+
+    @field_validator("streaming_list", mode="before")
+    @classmethod
+    def _streaming_list_word(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("lease_namespace")
     @classmethod

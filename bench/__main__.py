@@ -1,8 +1,9 @@
-"""``python -m bench [--quick] [--output DIR] [--only P1,P5,...] [--reps N] [--strict]``
+"""``python -m bench [--quick] [--output DIR] [--only P1,P5,...] [--reps N] [--strict] [--p8-jobs N]``
 
 Runs the performance scenarios of issue #6 against the simulated cluster (and a replay server for the watch
 firehose), each in its own process, and writes ``benchmarks.md`` and ``benchmarks.json`` into ``--output``
 (default: docs/). ``--quick``: small sizes, one repetition, never fails on a target (CI smoke test).
+P8 (bench/p8.py) runs 1,000,000 TrainJobs in full mode (1,000 quick); ``--p8-jobs N`` sets another size.
 ``--strict``: exit 1 when a target is missed (full mode only).
 """
 
@@ -13,10 +14,11 @@ import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import report, scenarios
+from bench import p8, report, scenarios
 from bench.common import ROOT, machine
 
 
@@ -29,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         "--reps", type=int, default=0, help="repetitions (default: 5 for P1, 3 otherwise; quick 1)"
     )
     p.add_argument("--strict", action="store_true", help="exit 1 if a target is missed (full mode)")
+    p.add_argument(
+        "--p8-jobs", type=int, default=0, help="TrainJobs for P8 (default: 1,000,000; quick 1,000)"
+    )
     args = p.parse_args(argv)
 
     sizes = scenarios.Sizes.make(args.quick)
@@ -43,10 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
-        steps = [
+        steps: list[tuple[tuple[str, ...], Callable[[], None]]] = [
             (("P1",), lambda: scenarios.p1_ingest(sizes, work, res)),
             (("P5",), lambda: scenarios.p5_stall(sizes, work, res)),
             (("P2", "P3", "P4", "P6", "P7"), lambda: scenarios.services_at_scale(_reps3(sizes), work, res)),
+            # One repetition unless asked: at a million TrainJobs each costs minutes and gigabytes.
+            (("P8",), lambda: p8.p8_million(sizes, work, res, jobs=args.p8_jobs, reps=args.reps or 1)),
         ]
         for ids, step in steps:
             if want(*ids):
@@ -63,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     if small:
         clusters += f"; small: {small['trainjobs']:,} TrainJobs (same label sets)"
+    p8_cluster = res.notes.get("p8_cluster")
+    if p8_cluster:
+        clusters += "; " if clusters else ""
+        clusters += (
+            f"P8: {p8_cluster['trainjobs']:,} TrainJobs (sim built in {p8_cluster['build_seconds']} s, "
+            f"sim RSS {res.notes['p8_sim_rss_built'] / 2**20:,.0f} MiB; P8 wall time "
+            f"{res.notes['p8_wall_seconds']:.0f} s)"
+        )
     meta = {
         "command": "python -m bench "
         + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),

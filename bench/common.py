@@ -100,6 +100,15 @@ def rss_bytes(pid: int) -> int:
         return int(handle.read().split()[1]) * PAGE_SIZE
 
 
+def peak_rss_bytes(pid: int) -> int:
+    """The process's high-water RSS (VmHWM): what a sync needed at its peak, not what it kept."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 # --- child processes ----------------------------------------------------------------------------------------
 
 

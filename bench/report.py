@@ -26,7 +26,7 @@ class Row:
     digits: int = 2
 
 
-ROWS = (
+ROWS: tuple[Row, ...] = (
     Row("P1", "events/s through informer + rules + metric state", "p1_informer_rate", "ev/s", digits=0),
     Row("P1", "bare `orjson.loads` of the same lines", "p1_orjson_rate", "ev/s", digits=0),
     Row(
@@ -141,6 +141,74 @@ ROWS = (
         digits=3,
     ),
 )
+
+
+def _p8_rows() -> tuple[Row, ...]:
+    """P8 (bench/p8.py): the same rows for the paginated LIST and for the streaming list."""
+    out = [
+        Row("P8", "bare paginated fetch (limit 500) + `orjson.loads`", "p8_fetch_decode_seconds", "s"),
+        Row(
+            "P8",
+            "bare streaming-list fetch + `orjson.loads` (to the end bookmark)",
+            "p8_stream_fetch_decode_seconds",
+            "s",
+        ),
+    ]
+    for mode, what in (("list", "paginated LIST"), ("stream", "streaming list")):
+        p = f"p8_{mode}"
+        out += [
+            Row("P8", f"{what}: process start → `/readyz` 200", f"{p}_ready_seconds", "s"),
+            Row(
+                "P8",
+                f"{what}: P2 start→ready ÷ paginated fetch+decode",
+                f"{p}_ratio",
+                "x",
+                op="<=",
+                target=1.0,
+            ),
+            Row("P8", f"{what}: RSS with 0 TrainJobs", f"{p}_rss_zero", "MiB", scale=1 / 2**20, digits=1),
+            Row("P8", f"{what}: RSS after sync", f"{p}_rss_big", "MiB", scale=1 / 2**20, digits=1),
+            Row(
+                "P8",
+                f"{what}: peak RSS (VmHWM) of the sync",
+                f"{p}_peak_rss",
+                "MiB",
+                scale=1 / 2**20,
+                digits=1,
+            ),
+            Row(
+                "P8",
+                f"{what}: P3 (RSS after sync - RSS 0) per TrainJob",
+                f"{p}_bytes_per_job",
+                "B",
+                op="<=",
+                target=512,
+                digits=0,
+            ),
+            Row("P8", f"{what}: P4 `/metrics` p50, text 0.0.4 + gzip", f"{p}_p4_p50", "ms", scale=1000),
+            Row(
+                "P8",
+                f"{what}: P4 `/metrics` p99, text 0.0.4 + gzip",
+                f"{p}_p4_p99",
+                "ms",
+                scale=1000,
+                op="<=",
+                target=10.0,
+            ),
+            Row(
+                "P8",
+                f"{what}: P4 `/metrics` p99, Prometheus default Accept + gzip",
+                f"{p}_p4_om_p99",
+                "ms",
+                scale=1000,
+                op="<=",
+                target=10.0,
+            ),
+        ]
+    return tuple(out)
+
+
+ROWS += _p8_rows()
 
 
 def _verdict(row: Row, fig: Figure) -> str:

@@ -254,12 +254,20 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
 
 
 def start_service(
-    kubeconfig: str, work: Path, name: str, *, lag_probe: bool = False, per_trainjob_max_jobs: int = 0
+    kubeconfig: str,
+    work: Path,
+    name: str,
+    *,
+    lag_probe: bool = False,
+    per_trainjob_max_jobs: int = 0,
+    streaming_list: str | None = None,
 ) -> tuple[Child, str]:
     port = free_port()
     args = [PYTHON, "-m", "bench.serviceproc", "--kubeconfig", kubeconfig, "--port", str(port)]
     if lag_probe:
         args.append("--lag-probe")
+    if streaming_list:
+        args += ["--streaming-list", streaming_list]
     if per_trainjob_max_jobs:
         args += ["--per-trainjob-max-jobs", str(per_trainjob_max_jobs)]
     return Child(args, name=name, log_dir=work), f"http://127.0.0.1:{port}"
@@ -330,11 +338,13 @@ def start_sim(work: Path, name: str, jobs: int, clone: int) -> Child:
     return Child(args, name=name, log_dir=work)
 
 
-def _ready_service(kubeconfig: str, work: Path, name: str, **kw: Any) -> tuple[Child, str, float]:
+def _ready_service(
+    kubeconfig: str, work: Path, name: str, *, timeout: float = 300, **kw: Any
+) -> tuple[Child, str, float]:
     """Start the service; returns it, its URL and seconds from process start to /readyz 200."""
     service, base = start_service(kubeconfig, work, name, **kw)
     try:
-        ready_at = asyncio.run(wait_http(base + "/readyz", 300, interval=0.005))
+        ready_at = asyncio.run(wait_http(base + "/readyz", timeout, interval=0.005))
     except Exception:
         service.stop()
         raise RuntimeError(

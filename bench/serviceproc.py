@@ -1,8 +1,9 @@
 """The service under test, as ``trainer-metrics`` would run it, plus bench-only instrumentation.
 
-``python -m bench.serviceproc --kubeconfig K --port P [--lag-probe] [--per-trainjob-max-jobs N]`` does what
-``app.cli.main`` does (load_settings → create_app → uvicorn) with ``--no-leader-election`` (and the
-per-TrainJob series on, capped at N, when N > 0); with ``--lag-probe`` it also runs an
+``python -m bench.serviceproc --kubeconfig K --port P [--lag-probe] [--per-trainjob-max-jobs N]
+[--streaming-list auto|on|off]`` does what ``app.cli.main`` does (load_settings → create_app → uvicorn) with
+``--no-leader-election`` (and the per-TrainJob series on, capped at N, when N > 0; the informers' sync by
+``TRAINER_METRICS_STREAMING_LIST`` when given); with ``--lag-probe`` it also runs an
 event-loop lag probe (a task sleeping 1 ms and recording how late it wakes) and serves its reading at
 ``GET /bench/lag`` (``?reset=1`` clears it). Nothing else differs from the real entry point.
 """
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="turn the per-TrainJob series on, with this cap (0: off, the default)",
     )
+    p.add_argument("--streaming-list", choices=("auto", "on", "off"), default=None)
     args = p.parse_args(argv)
     t0 = time.monotonic()
 
@@ -67,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.logging_setup import configure_logging
     from app.main import create_app
 
+    extra = {"streaming_list": args.streaming_list} if args.streaming_list else {}
     settings = load_settings(
+        **extra,
         kubeconfig=args.kubeconfig,
         port=args.port,
         host="127.0.0.1",

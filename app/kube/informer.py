@@ -2,8 +2,9 @@
 
 The composition of app/kube's pieces (docs/design/k8s-protocol.md §2 and §6):
 
-- ``Reflector`` (reflector.py): the LIST/WATCH requests, error handling, backoff, inactivity and
-  staleness; it splits watch bodies into bounded lines (``LineSplitter``, lines.py);
+- ``Reflector`` (reflector.py): the LIST/WATCH requests (or, with ``streaming_list``, a watch that lists:
+  ``sendInitialEvents``), error handling, backoff, inactivity and staleness; it splits watch bodies
+  into bounded lines (``LineSplitter``, lines.py);
 - ``Ingest`` (ingest.py): lists and watch lines applied to the cache, the resourceVersion tracked;
 - ``Decoder`` (decode.py): msgspec typed fast path, orjson tolerant fallback, per the ``Projector``;
 - ``Cache`` (cache.py): the keyed store, event semantics and relist diffs, told to the ``InformerHandler``.
@@ -42,6 +43,12 @@ class InformerOptions:
     list_timeout: float = 60.0  # per LIST page, end to end (servers cut non-watch requests at 60 s)
     connect_timeout: float = 10.0
     short_watch: float = 1.0  # a watch ending this fast with nothing received is a failure (no hot loop)
+    # Sync by streaming list (watch with sendInitialEvents) instead of paginated LIST: True, False, or
+    # None = try it and fall back to LIST for good if the server refuses it (reflector.py).
+    streaming_list: bool | None = False
+    # A streaming list whose initial-events-end bookmark has not come by then is given up (None: then
+    # LIST for good). Generous: the whole collection streams within it.
+    initial_events_timeout: float = 300.0
 
 
 class Informer(Generic[T]):
@@ -85,6 +92,8 @@ class Informer(Generic[T]):
             backoff=Backoff(opts.backoff_base, opts.backoff_cap, reset_after=opts.backoff_reset, clock=clock),
             clock=clock,
             on_limit=on_limit,
+            streaming_list=opts.streaming_list,
+            initial_events_timeout=opts.initial_events_timeout,
         )
 
     async def run(self) -> None:
@@ -106,6 +115,11 @@ class Informer(Generic[T]):
     @property
     def watching(self) -> bool:
         return self._reflector.watching
+
+    @property
+    def streaming_list(self) -> bool:
+        """Syncs use the streaming list (asked for, and not fallen back to the paginated LIST)."""
+        return self._reflector.streaming
 
     @property
     def stale(self) -> bool:

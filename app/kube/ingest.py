@@ -9,6 +9,11 @@ the I/O (app/kube/reflector.py does that). docs/design/k8s-protocol.md §2 and �
   event goes to the cache and advances the resourceVersion, a BOOKMARK only advances it, an ERROR ends
   the watch (``WatchStop``). An unusable object is skipped and counted, its resourceVersion still
   taken (it is not replayed); an unusable DELETED still deletes, reporting the cached last state.
+- A streaming list (a watch with ``sendInitialEvents=true``, k8s-protocol.md §2 "Start semantics"):
+  between ``begin_initial`` and the BOOKMARK annotated ``k8s.io/initial-events-end: "true"`` the object
+  events are collected, not applied, exactly as LIST pages are; that bookmark is then a complete list
+  (``replace``, the same relist diff) at the bookmark's resourceVersion, and the same lines go on as a
+  live watch.
 - Nothing a server sends raises out of here except ``WatchStop``.
 """
 
@@ -30,6 +35,8 @@ from app.kube.logthrottle import KeyedOnce, RateLimit, short
 log = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=KubeObject)
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 # Retry-After is honoured, but a broken proxy asking for an hour must not park the informer that long.
 MAX_RETRY_AFTER = 60.0
@@ -62,6 +69,12 @@ def watch_error_stop(status: Any) -> WatchStop:
         return WatchStop("expired", relist="expired", fresh=True)
     too_large = code == 504 and isinstance(message, str) and "too large resource version" in message.lower()
     return WatchStop("error", relist="watch_error", fresh=too_large)
+
+
+def _initial_events_end(raw: Any) -> bool:
+    meta = raw.get("metadata") if isinstance(raw, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return isinstance(annotations, dict) and annotations.get(INITIAL_EVENTS_END) == "true"
 
 
 def _status_fields(status: Any) -> tuple[Any, Any, Any]:
@@ -100,6 +113,10 @@ class Ingest(Generic[T]):
 
         self.resource_version = ""
         self.synced = False
+        # A streaming list in progress: what it collected so far, and what to call once it is complete.
+        self._initial: tuple[dict[str, T], set[str]] | None = None
+        self._held_rv = ""
+        self._on_initial_end: Callable[[], None] | None = None
         now = clock()
         self.last_activity = now
         self.last_event = now
@@ -132,6 +149,53 @@ class Ingest(Generic[T]):
         now = self._clock()
         self.last_event = now
         self.last_activity = now
+
+    # --- streaming list ------------------------------------------------------------------------------
+
+    @property
+    def collecting(self) -> bool:
+        """A streaming list has begun and its initial-events-end bookmark has not arrived yet."""
+        return self._initial is not None
+
+    def begin_initial(self, on_end: Callable[[], None] | None = None) -> None:
+        """The watch about to be read is a streaming list: collect its initial events as a LIST's items.
+
+        The resourceVersion stays where it was until the end bookmark (a sync cut short resumes nowhere:
+        initial events are in no resourceVersion order), so ``replace`` sees the one held before the gap.
+        """
+        self._initial = ({}, set())
+        self._held_rv = self.resource_version
+        self._on_initial_end = on_end
+        self._apply = self._collect
+
+    def abort_initial(self) -> None:
+        """The streaming list ended before its end bookmark: drop what it collected."""
+        if self._initial is not None:
+            self._initial = None
+            self.resource_version = self._held_rv
+            self._on_initial_end = None
+            self._apply = self._cache.apply
+
+    def _collect(self, etype: str, obj: T) -> None:
+        # Called after the hot path took the object's resourceVersion: put the held one back.
+        self.resource_version = self._held_rv
+        assert self._initial is not None
+        items, unusable = self._initial
+        key = obj.key
+        unusable.discard(key)
+        if etype == DELETED:  # not expected before the end bookmark; a LIST would not list it either
+            items.pop(key, None)
+        else:
+            items[key] = obj
+
+    def _end_initial(self, rv: str) -> None:
+        assert self._initial is not None
+        items, unusable = self._initial
+        on_end = self._on_initial_end
+        self.abort_initial()  # back to live application, the resourceVersion held before the gap
+        self.replace(items, rv, unusable)
+        if on_end is not None:
+            on_end()
 
     # --- WATCH -------------------------------------------------------------------------------------
 
@@ -183,6 +247,11 @@ class Ingest(Generic[T]):
         if etype == "BOOKMARK":
             c.bookmark += 1
             rv = raw_rv(raw)
+            if self._initial is not None:
+                if _initial_events_end(raw):
+                    self._end_initial(rv)
+                    return
+                rv = ""  # a progress bookmark inside the initial events: not a place to resume from
             if rv:
                 self.resource_version = rv
             self.last_event = self._clock()
@@ -200,6 +269,18 @@ class Ingest(Generic[T]):
             self.last_event = self.last_activity
             self._apply(cast(str, etype), obj)
             return
+        key, rv = raw_key(raw), raw_rv(raw)
+        if self._initial is not None:
+            # As an unusable LIST item: the cache keeps the key's last good state.
+            items, unusable = self._initial
+            if key is not None:
+                items.pop(key, None)
+                if etype == DELETED:
+                    unusable.discard(key)
+                else:
+                    unusable.add(key)
+            self._skip_object("malformed", key, rv)
+            return
         # Unusable object: keep our last good state, but do not replay it (advance the RV).
         if etype == ADDED:
             c.added += 1
@@ -208,7 +289,6 @@ class Ingest(Generic[T]):
         else:
             c.deleted += 1
         self.last_event = self._clock()
-        key, rv = raw_key(raw), raw_rv(raw)
         if rv:
             self.resource_version = rv
         if etype == DELETED and key is not None and self._cache.discard(key):

@@ -55,6 +55,7 @@ CONFIG_SAMPLE: dict[str, Any] = {
     "watch_timeout_max_seconds": 240,
     "watch_inactivity_timeout_seconds": 45.5,
     "list_page_size": 250,
+    "streaming_list": "auto",
     "max_unknown_runtime_refs": 7,
     "accelerator_resource_patterns": ["nvidia.com/gpu", "example.com/npu-*"],
     "max_accelerator_classes": 9,
