@@ -150,8 +150,8 @@ class Child:
                         with contextlib.suppress(ValueError):
                             msg = json.loads(line)
                             if "ready" in msg:
-                                self.info = msg
-                                return msg
+                                self.info = dict(msg)
+                                return self.info
             if self.proc.poll() is not None:
                 break
             time.sleep(0.01)

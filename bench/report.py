@@ -120,7 +120,14 @@ ROWS: tuple[Row, ...] = (
         target=5.0,
     ),
     Row("P5", "loop stalls > 5 ms during the window", "p5_stalls_over_5ms", "count", digits=0),
-    Row("P5", "scrape p99 during the firehose", "p5_scrape_p99_ms", "ms"),
+    Row(
+        "P5",
+        "control: longest stall of an idle loop in its own process, same window",
+        "p5_control_max_stall_ms",
+        "ms",
+    ),
+    Row("P5", "control: its stalls > 5 ms", "p5_control_stalls_over_5ms", "count", digits=0),
+    Row("P5", "scrape p99 during the firehose", "p5_scrape_p99_ms", "ms", op="<=", target=10.0),
     Row("P5", "events/s ingested by the service during the window", "p5_events_per_s", "ev/s", digits=0),
     Row("P6", "status write → visible in `/metrics`, p50 (1k ev/s background)", "p6_p50_ms", "ms"),
     Row(
@@ -140,6 +147,25 @@ ROWS: tuple[Row, ...] = (
         target=0.5,
         digits=3,
     ),
+    Row(
+        "P9",
+        "P1 ingest with PromQL-exact counting (journal, served ledger, born at zero) ÷ without",
+        "p9_ingest_ratio",
+        "x",
+        op=">=",
+        target=0.95,
+    ),
+    Row("P9", "P1 ingest without PromQL-exact counting", "p9_plain_rate", "ev/s", digits=0),
+    Row(
+        "P9",
+        "P4 `/metrics` p99 without it (zero hold 0, no journal), big cluster",
+        "p9_p4_p99_plain",
+        "ms",
+        scale=1000,
+    ),
+    Row("P9", "P4 p99 with ÷ without", "p9_p4_p99_ratio", "x"),
+    Row("P9", "P6 freshness p99 without it", "p9_p6_p99_plain_ms", "ms"),
+    Row("P9", "P6 p99 with ÷ without", "p9_p6_p99_ratio", "x"),
 )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -88,21 +90,41 @@ class _CountingHandler:
         self.inner.on_deleted(last)
 
 
-def _pipeline() -> tuple[Any, Any]:
-    """TrainerState → CountJournal (leading) → TrainerMetricState, wired as app/service.py does."""
+def _pipeline(*, exact: bool = True) -> tuple[Any, Any]:
+    """TrainerState → CountJournal (leading) → ServedLedger → TrainerMetricState (born at zero), wired with
+    the service's defaults as app/service.py does; ``exact=False`` (P9's baseline): TrainerState straight
+    into a TrainerMetricState without holds, i.e. without what PromQL-exact counting adds."""
     from app.handover.journal import CountJournal
+    from app.handover.served import ServedLedger
     from app.metrics.trainer_metrics import TrainerMetricState
     from app.trainer.state import TrainerState
 
+    defaults = _service_defaults()
+    hold = defaults["zero_hold_seconds"] if exact else 0.0
     holder: dict[str, TrainerState] = {}
-    metric_state = TrainerMetricState(runtime_provider=lambda: holder["state"].runtime_info())  # noqa: PLW0108
-    journal = CountJournal(metric_state, journal_size=10_000)
+    metric_state = TrainerMetricState(
+        runtime_provider=lambda: holder["state"].runtime_info(),  # noqa: PLW0108
+        zero_hold=hold,
+    )
+    if not exact:
+        holder["state"] = TrainerState(metric_state)
+        return holder["state"], metric_state
+    journal_size = defaults["handover_journal_size"]
+    ledger = ServedLedger(metric_state, hold=hold, stream_of=lambda event: "", max_tracked=journal_size)
+    journal = CountJournal(ledger, journal_size=journal_size)
     state = holder["state"] = TrainerState(journal)
     journal.start_leading(None)
     return state, metric_state
 
 
-async def _informer_rate(kubeconfig: str, events: int) -> float:
+def _service_defaults() -> dict[str, Any]:
+    from app.config import Settings
+
+    fields = Settings.model_fields
+    return {name: fields[name].default for name in ("zero_hold_seconds", "handover_journal_size")}
+
+
+async def _informer_rate(kubeconfig: str, events: int, *, exact: bool = True) -> float:
     from app.kube.client import KubeClient
     from app.kube.informer import Informer
     from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
@@ -112,7 +134,7 @@ async def _informer_rate(kubeconfig: str, events: int) -> float:
         TRAINJOB_PROJECTOR,
     )
 
-    state, metric_state = _pipeline()
+    state, metric_state = _pipeline(exact=exact)
     client = await KubeClient.connect(kubeconfig)
     counting = _CountingHandler(state.job_handler, events)
     informers = [
@@ -208,7 +230,7 @@ def _decode_rates(lines: list[bytes]) -> tuple[float, float]:
     for line in lines:
         loads(line)
     orjson_rate = len(lines) / (time.perf_counter() - t)
-    decoder = msgspec.json.Decoder(WatchEvent[TrainJobWire])  # type: ignore[valid-type]
+    decoder = msgspec.json.Decoder(WatchEvent[TrainJobWire])
     decode = decoder.decode
     t = time.perf_counter()
     for line in lines:
@@ -234,12 +256,21 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
     info = replay.wait_ready(120)
     res.notes["p1_lines"] = {k: v for k, v in info.items() if k.startswith("line_bytes")}
     try:
-        for _ in range(sizes.reps):
+        for rep in range(sizes.reps):
             lines = asyncio.run(_fetch_lines(info["url"], sizes.p1_events))
             orjson_rate, msgspec_rate = _decode_rates(lines)
             del lines
+            # P9: the same ingest without what PromQL-exact counting adds, before or after (alternating, so
+            # that a drift of the host's speed during the repetition does not favour one side).
+            plain = 0.0
+            if rep % 2:
+                plain = asyncio.run(_informer_rate(kubeconfig, sizes.p1_events, exact=False))
             informer = asyncio.run(_informer_rate(kubeconfig, sizes.p1_events))
+            if not rep % 2:
+                plain = asyncio.run(_informer_rate(kubeconfig, sizes.p1_events, exact=False))
             baseline = asyncio.run(_baseline_rate(kubeconfig, sizes.p1_baseline_events))
+            res.fig("p9_plain_rate").add(plain)
+            res.fig("p9_ingest_ratio").add(informer / plain)
             res.fig("p1_informer_rate").add(informer)
             res.fig("p1_orjson_rate").add(orjson_rate)
             res.fig("p1_msgspec_rate").add(msgspec_rate)
@@ -261,6 +292,7 @@ def start_service(
     lag_probe: bool = False,
     per_trainjob_max_jobs: int = 0,
     streaming_list: str | None = None,
+    exact: bool = True,
 ) -> tuple[Child, str]:
     port = free_port()
     args = [PYTHON, "-m", "bench.serviceproc", "--kubeconfig", kubeconfig, "--port", str(port)]
@@ -268,6 +300,8 @@ def start_service(
         args.append("--lag-probe")
     if streaming_list:
         args += ["--streaming-list", streaming_list]
+    if not exact:
+        args.append("--no-exact")
     if per_trainjob_max_jobs:
         args += ["--per-trainjob-max-jobs", str(per_trainjob_max_jobs)]
     return Child(args, name=name, log_dir=work), f"http://127.0.0.1:{port}"
@@ -423,6 +457,13 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
             c1, t1 = cpu_seconds(service.pid), time.monotonic()
             res.fig("p7_idle_cpu_percent").add((c1 - c0) / (t1 - t0) * 100.0)
             service.stop()
+            # P9: the same scrapes from a service without what PromQL-exact counting adds.
+            service, base, _ = _ready_service(infob["kubeconfig"], work, f"svc-big-plain-{rep}", exact=False)
+            time.sleep(settle)
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_TEXT))
+            service.stop()
+            res.fig("p9_p4_p99_plain").add(percentile(lat, 99))
+            res.fig("p9_p4_p99_ratio").add(res.fig("p4_p99").values[-1] / percentile(lat, 99))
         per_trainjob_at_scale(sizes, work, res, kubeconfig=infob["kubeconfig"], jobs=jobs, settle=settle)
     finally:
         simb.stop()
@@ -494,6 +535,15 @@ async def _scrape_under_load(base: str, seconds: float, replay_url: str) -> dict
     }
 
 
+def _final_json(child: Child, timeout: float = 30) -> dict[str, Any]:
+    """The last JSON line a child prints before it exits (after its ready line)."""
+    assert child.proc.stdout is not None
+    child.proc.wait(timeout)
+    os.set_blocking(child.proc.stdout.fileno(), True)
+    lines = [line for line in child.proc.stdout.read().splitlines() if line.startswith(b"{")]
+    return dict(json.loads(lines[-1]))
+
+
 def p5_stall(sizes: Sizes, work: Path, res: Results) -> None:
     kubeconfig = str(work / "replay5.kubeconfig")
     args = [
@@ -511,10 +561,21 @@ def p5_stall(sizes: Sizes, work: Path, res: Results) -> None:
     try:
         for rep in range(sizes.reps):
             service, base, _ = _ready_service(kubeconfig, work, f"svc-p5-{rep}", lag_probe=True)
+            # The control: an idle loop in its own process over the same window (bench/lagprobe.py).
+            control = Child(
+                [PYTHON, "-m", "bench.lagprobe", "--seconds", str(sizes.p5_seconds + 0.5)],
+                name=f"p5-control-{rep}",
+                log_dir=work,
+            )
             try:
+                control.wait_ready(30)
                 out = asyncio.run(_scrape_under_load(base, sizes.p5_seconds, info["url"]))
+                idle = _final_json(control)
             finally:
                 service.stop()
+                control.stop()
+            res.fig("p5_control_max_stall_ms").add(idle["max_lag"] * 1000)
+            res.fig("p5_control_stalls_over_5ms").add(idle["over_5ms"])
             res.fig("p5_max_stall_ms").add(out["max_lag"] * 1000)
             res.fig("p5_stalls_over_5ms").add(out["over_5ms"])
             res.fig("p5_scrape_p99_ms").add(out["scrape_p99"] * 1000)
@@ -562,11 +623,19 @@ async def _freshness(sim_url: str, base: str, probes: int, rate: float) -> list[
 
 
 def p6_freshness(sizes: Sizes, work: Path, res: Results, sim_info: dict[str, Any]) -> None:
+    """P6, and P9's P6: the same probes against a service without PromQL-exact counting (alternating)."""
     for rep in range(sizes.reps):
-        service, base, _ = _ready_service(sim_info["kubeconfig"], work, f"svc-p6-{rep}")
-        try:
-            lat = asyncio.run(_freshness(sim_info["url"], base, sizes.fresh_probes, sizes.fresh_rate))
-        finally:
-            service.stop()
-        res.fig("p6_p50_ms").add(percentile(lat, 50) * 1000)
-        res.fig("p6_p99_ms").add(percentile(lat, 99) * 1000)
+        for exact in (True, False) if rep % 2 else (False, True):
+            name = f"svc-p6-{rep}" if exact else f"svc-p6-plain-{rep}"
+            service, base, _ = _ready_service(sim_info["kubeconfig"], work, name, exact=exact)
+            try:
+                lat = asyncio.run(_freshness(sim_info["url"], base, sizes.fresh_probes, sizes.fresh_rate))
+            finally:
+                service.stop()
+            if exact:
+                res.fig("p6_p50_ms").add(percentile(lat, 50) * 1000)
+                res.fig("p6_p99_ms").add(percentile(lat, 99) * 1000)
+            else:
+                res.fig("p9_p6_p99_plain_ms").add(percentile(lat, 99) * 1000)
+        with_exact, without = res.fig("p6_p99_ms").values[-1], res.fig("p9_p6_p99_plain_ms").values[-1]
+        res.fig("p9_p6_p99_ratio").add(with_exact / without)

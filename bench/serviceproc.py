@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         help="turn the per-TrainJob series on, with this cap (0: off, the default)",
     )
     p.add_argument("--streaming-list", choices=("auto", "on", "off"), default=None)
+    p.add_argument(
+        "--no-exact",
+        action="store_true",
+        help="P9's baseline: no born-at-zero hold and no hand-over journal (what PromQL-exact counting adds)",
+    )
     args = p.parse_args(argv)
     t0 = time.monotonic()
 
@@ -69,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.logging_setup import configure_logging
     from app.main import create_app
 
-    extra = {"streaming_list": args.streaming_list} if args.streaming_list else {}
+    extra: dict[str, object] = {"streaming_list": args.streaming_list} if args.streaming_list else {}
+    if args.no_exact:
+        extra.update(zero_hold_seconds=0.0, handover_journal_size=0)
     settings = load_settings(
         **extra,
         kubeconfig=args.kubeconfig,
