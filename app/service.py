@@ -36,6 +36,7 @@ from app.kube.elector import ElectorConfig, LeaseElector
 from app.kube.informer import Informer
 from app.kube.informer_telemetry import InformerTelemetry
 from app.kube.lease import KubeLeaseClient, LeaseRecord
+from app.kube.priority import LoopPriority
 from app.kube.resources import ResourceKind
 from app.metrics.exposition import MetricsExposition
 from app.metrics.per_job import PerJobHandler, PerJobSeries, PerJobTelemetry
@@ -114,6 +115,8 @@ class Service:
             self.lease_watermarks, self.state, on_limit=self.telemetry.limit_hit
         )
         self.exposition = MetricsExposition(self.registry)
+        # A scrape runs ahead of watch ingestion on the loop (app/kube/priority.py).
+        self.priority = LoopPriority()
 
         self.client: KubeClient | None = None
         self.informers: list[Informer[Any]] = []
@@ -185,6 +188,7 @@ class Service:
                 options=options,
                 telemetry=self.informer_telemetry,
                 on_limit=self.telemetry.limit_hit,
+                priority=self.priority,
             )
 
         projector: Any = TRAINJOB_PROJECTOR
@@ -374,7 +378,8 @@ class Service:
     async def render_metrics(
         self, accept: str | None, accept_encoding: str | None
     ) -> tuple[bytes, dict[str, str]]:
-        body, headers = await self.exposition.build_metrics_response_async(accept, accept_encoding)
+        with self.priority.urgent():
+            body, headers = await self.exposition.build_metrics_response_async(accept, accept_encoding)
         return body, headers
 
     def trainjob_count(self) -> int:

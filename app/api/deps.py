@@ -18,9 +18,12 @@ def running_service(app: Starlette) -> Service | None:
     return found
 
 
-def _running_service(request: Request) -> Service | None:
+async def _running_service(request: Request) -> Service | None:
     # Never raises: FastAPI runs dependencies before it validates the query, so a dependency answering
     # 503 (starting) or 404 (debug off) would pre-empt the 422 of a malformed query. The routes do it.
+    # async, though it awaits nothing: FastAPI runs a plain `def` dependency in a worker thread, and on
+    # every scrape that thread would take the GIL from the event loop (bench P5: scrapes of 20-30 ms and
+    # loop stalls under a watch firehose).
     return running_service(request.app)
 
 

@@ -25,6 +25,7 @@ from app.kube.cache import Cache, InformerHandler, KubeObject
 from app.kube.decode import Decoder, Projector
 from app.kube.informer_telemetry import InformerCounters, InformerTelemetry
 from app.kube.ingest import Ingest
+from app.kube.priority import LoopPriority
 from app.kube.reflector import Reflector, StreamClient
 from app.kube.resources import ResourceKind
 
@@ -65,7 +66,9 @@ class Informer(Generic[T]):
         name: str | None = None,
         on_limit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        priority: LoopPriority | None = None,
     ) -> None:
+        """``priority``: work that ingestion defers to when it yields (app/kube/priority.py)."""
         self.resource = resource
         self.namespace = namespace if resource.namespaced else None
         self.name = name or (f"{resource.plural}/{self.namespace}" if self.namespace else resource.plural)
@@ -94,6 +97,7 @@ class Informer(Generic[T]):
             on_limit=on_limit,
             streaming_list=opts.streaming_list,
             initial_events_timeout=opts.initial_events_timeout,
+            priority=priority,
         )
 
     async def run(self) -> None:

@@ -40,6 +40,7 @@ from app.kube.informer_telemetry import InformerCounters
 from app.kube.ingest import MAX_RETRY_AFTER, Ingest, WatchStop
 from app.kube.lines import LineSplitter
 from app.kube.logthrottle import RateLimit
+from app.kube.priority import LoopPriority
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,12 @@ _QUICK_RELIST_INTERVAL = 10.0  # at most one un-backed-off relist after 410 Expi
 # comes first (a line costs ~10-30 us: a slice stays near 1 ms).
 _YIELD_LINES = 64
 _YIELD_SECONDS = 0.001
+
+
+async def _sleep0() -> None:
+    await asyncio.sleep(0)
+
+
 _READ_BYTES = 256 * 1024  # at most this much of a watch body per read (see _consume)
 
 
@@ -129,8 +136,11 @@ class Reflector(Generic[T]):
         on_limit: Callable[[str], None] | None = None,
         streaming_list: bool | None = False,
         initial_events_timeout: float = 300.0,
+        priority: LoopPriority | None = None,
     ) -> None:
         self._client = client
+        # Where ingestion yields: to urgent work (a scrape) when one is under way (priority.py).
+        self._yield = priority.yield_to_urgent if priority is not None else _sleep0
         self._path = path
         self._ingest = ingest
         self.counters = counters
@@ -403,11 +413,12 @@ class Reflector(Generic[T]):
         clock = self._clock
         slice_end = clock() + _YIELD_SECONDS
         budget = _YIELD_LINES
-        # A streaming list reads bounded chunks where the stream can (aiohttp's): readany() joins all that
-        # is buffered, and a server sending its initial events faster than we decode them makes that
-        # megabytes per read, whose churn left the heap up to ~200 B per cached object larger for good
-        # (measured at 50k-100k). A plain watch keeps readany(), as measured by bench P1/P5.
-        bounded = getattr(content, "read", None) if self._ingest.collecting else None
+        # Bounded reads where the stream offers them (aiohttp's): readany() joins all that is buffered, and
+        # kubernetes-asyncio's session buffers up to 4 MiB, so a reflector behind a firehose got 4 MB chunks
+        # whose split was one 1-2 ms step that could not yield (bench P5: loop stalls > 5 ms fell from ~25
+        # to ~10 per window with 256 KB reads), and a streaming list's initial events made the heap up to
+        # ~200 B per cached object larger for good (measured at 50k-100k).
+        bounded = getattr(content, "read", None)
         while True:
             chunk = await (bounded(_READ_BYTES) if bounded is not None else content.readany())
             if not chunk:
@@ -417,7 +428,7 @@ class Reflector(Generic[T]):
             lines, oversized = split(chunk)
             for line in lines:
                 if budget <= 0 or clock() >= slice_end:
-                    await asyncio.sleep(0)
+                    await self._yield()
                     slice_end = clock() + _YIELD_SECONDS
                     budget = _YIELD_LINES
                 process(line)

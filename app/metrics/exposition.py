@@ -59,10 +59,9 @@ _generate_openmetrics: Callable[[Collector], bytes] = _om_exposition.generate_la
 # gzip member header (RFC 1952): magic, CM=deflate, no flags, MTIME=0 (none), XFL=4 (fastest
 # compression), OS=255 (unknown).
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff"
-# Trainer texts at least this large are compressed in a worker thread by the async variant: zlib releases
-# the GIL, so the event loop goes on ingesting and answering meanwhile (a 190 KB body at level 1 is 1-2 ms
-# of loop time inline: bench P5). Below it the compression is shorter than the thread hand-off.
-_THREAD_MIN_BYTES = 32 * 1024
+# Trainer texts at least this large are compressed in a worker thread by the async variant; below it
+# the thread hand-off costs more than it saves.
+_THREAD_MIN_BYTES = 256 * 1024
 
 
 class TrainerSource(Protocol):

@@ -7,9 +7,7 @@ each series (one label set: all its bucket/count/sum lines) as one ``bytes`` chu
 
 * an update changes the numbers of one series and marks it dirty (O(1));
 * every ``flush_every`` changes, the dirty series are re-rendered and the blocks (runs of ~16 KB of
-  consecutive series) that hold them re-joined: at most ``flush_every`` series, about a millisecond on the
-  event loop. A series touched many times between two flushes is rendered once, so under a watch firehose
-  rarer, larger flushes cost far less in all than frequent small ones (bench P1);
+  consecutive series) that hold them re-joined, a fraction of a millisecond on the event loop;
 * a scrape flushes what is left and joins the blocks; the joined body is kept until the next change,
   so repeated scrapes of an unchanged state cost nothing.
 
@@ -71,9 +69,9 @@ class SeriesCache:
         """``flush_every``: re-render touched series after this many changes (0: only at scrape).
 
         Rendering only at scrape would batch all the work of a scrape interval (at 1k events/s over
-        15 s, every series) into the scrape; flushing every thousand changes or so bounds each flush (and
-        what a scrape has left to render) to about a millisecond on the event loop, while a series touched
-        many times between two flushes is rendered once."""
+        15 s, every series) into the scrape; flushing every few dozen changes keeps each flush well
+        under a millisecond on the event loop and leaves a scrape only the final join.
+        A series touched again before its flush is still rendered once."""
         if flush_every < 0:
             raise ValueError("flush_every must be >= 0")
         # Fixed order, so the output is stable.

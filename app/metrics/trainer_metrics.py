@@ -95,7 +95,7 @@ class TrainerMetricState:
         self,
         runtime_provider: RuntimeProvider | None = None,
         *,
-        flush_every: int = 1024,
+        flush_every: int = 32,
         zero_hold: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         extra_families: Sequence[Family] = (),
