@@ -105,6 +105,7 @@ class Service:
         self.lease_watermarks = LeaseWatermarks(settings.identity)
         self.state = TrainerState(
             self.journal,
+            gauge_sink=self.metric_state,
             max_unknown_runtime_refs=settings.max_unknown_runtime_refs,
             on_limit=self.telemetry.limit_hit,
             accelerator_patterns=settings.accelerator_resource_patterns,

@@ -95,6 +95,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def runqueue_wait_seconds(pid: int) -> float:
+    """Time the process's main thread spent runnable but waiting for a CPU (/proc/<pid>/schedstat, 2nd
+    field, ns): the stalls the host's scheduler imposes, which no code in the process can avoid."""
+    with open(f"/proc/{pid}/schedstat", encoding="ascii") as handle:
+        return int(handle.read().split()[1]) / 1e9
+
+
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
         return int(handle.read().split()[1]) * PAGE_SIZE

@@ -127,6 +127,12 @@ ROWS: tuple[Row, ...] = (
         "ms",
     ),
     Row("P5", "control: its stalls > 5 ms", "p5_control_stalls_over_5ms", "count", digits=0),
+    Row(
+        "P5",
+        "service main thread runnable but waiting for a CPU (host scheduler), share of the window",
+        "p5_runqueue_wait_percent",
+        "%",
+    ),
     Row("P5", "scrape p99 during the firehose", "p5_scrape_p99_ms", "ms", op="<=", target=10.0),
     Row("P5", "events/s ingested by the service during the window", "p5_events_per_s", "ev/s", digits=0),
     Row("P6", "status write → visible in `/metrics`, p50 (1k ev/s background)", "p6_p50_ms", "ms"),

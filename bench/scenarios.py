@@ -16,7 +16,17 @@ import aiohttp
 import msgspec
 import orjson
 
-from bench.common import PYTHON, Child, Figure, cpu_seconds, free_port, percentile, rss_bytes, wait_http
+from bench.common import (
+    PYTHON,
+    Child,
+    Figure,
+    cpu_seconds,
+    free_port,
+    percentile,
+    rss_bytes,
+    runqueue_wait_seconds,
+    wait_http,
+)
 
 TRAINJOBS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs"
 PROM_TEXT = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1", "Accept-Encoding": "gzip"}
@@ -112,7 +122,7 @@ def _pipeline(*, exact: bool = True) -> tuple[Any, Any]:
     journal_size = defaults["handover_journal_size"]
     ledger = ServedLedger(metric_state, hold=hold, stream_of=lambda event: "", max_tracked=journal_size)
     journal = CountJournal(ledger, journal_size=journal_size)
-    state = holder["state"] = TrainerState(journal)
+    state = holder["state"] = TrainerState(journal, gauge_sink=metric_state)
     journal.start_leading(None)
     return state, metric_state
 
@@ -570,11 +580,14 @@ def p5_stall(sizes: Sizes, work: Path, res: Results) -> None:
             )
             try:
                 control.wait_ready(30)
+                waited, t0 = runqueue_wait_seconds(service.pid), time.monotonic()
                 out = asyncio.run(_scrape_under_load(base, sizes.p5_seconds, info["url"]))
+                waited = (runqueue_wait_seconds(service.pid) - waited) / (time.monotonic() - t0)
                 idle = _final_json(control)
             finally:
                 service.stop()
                 control.stop()
+            res.fig("p5_runqueue_wait_percent").add(waited * 100)
             res.fig("p5_control_max_stall_ms").add(idle["max_lag"] * 1000)
             res.fig("p5_control_stalls_over_5ms").add(idle["over_5ms"])
             res.fig("p5_max_stall_ms").add(out["max_lag"] * 1000)

@@ -142,6 +142,7 @@ class TrainerState:
         max_accelerator_classes: int = MAX_ACCELERATOR_CLASSES,
         accelerator_patterns: Iterable[str] = rules.DEFAULT_ACCELERATOR_PATTERNS,
         max_failure_reasons: int = MAX_FAILURE_REASONS,
+        gauge_sink: TrainerSink | None = None,
     ) -> None:
         """``on_limit(limit)`` is called with "unknown_runtime_refs" each time a runtime ref is refused
         its own label because ``max_unknown_runtime_refs`` distinct unknown refs are in use (its jobs
@@ -150,8 +151,12 @@ class TrainerState:
         "failure_reasons" for each JobFinished whose well-formed but not upstream-known reason is counted
         as "other" because ``max_failure_reasons`` such reasons are in use already. A class or reason,
         once used, keeps its label (the series it created stay). Wire it to SelfTelemetry.limit_hit.
-        ``accelerator_patterns``: the resource names that are accelerators (rules.AcceleratorMatcher)."""
+        ``accelerator_patterns``: the resource names that are accelerators (rules.AcceleratorMatcher).
+        ``gauge_sink``: where gauge and runtime changes go, if not to ``sink``. The service sends countable
+        edges through the hand-over journal and gauges straight to the metric state (the journal and the
+        served ledger only pass gauges on: two calls per gauge change saved, on every watch event)."""
         self._sink = sink
+        self._gauge_sink = gauge_sink or sink
         self._wait = max(0.0, runtime_wait_seconds)
         self._clock = clock
         self._wall_clock = wall_clock
@@ -160,7 +165,7 @@ class TrainerState:
         self.runtime_handler = _RuntimeHandler(self)
 
         # runtimes by ref, and the gauge counted per raw ref (the sink sees effective keys)
-        self._refs = RuntimeRefs(sink, max_unknown=max_unknown_runtime_refs, on_limit=on_limit)
+        self._refs = RuntimeRefs(gauge_sink or sink, max_unknown=max_unknown_runtime_refs, on_limit=on_limit)
 
         self._terminal = TerminalSet()
         # jobs that ran (were resumed) before but not now, and recently deleted uids
@@ -453,10 +458,10 @@ class TrainerState:
             for entry in self._pending.take_for(ref):
                 self._emit_pending(entry)
         self.flush_pending()
-        self._sink.on_runtimes_changed()
+        self._gauge_sink.on_runtimes_changed()
 
     def _runtime_deleted(self, last: RuntimeProjection) -> None:
         self._inventory.delete(last)
         self._refs.runtime_gone(last.ref)
         self.flush_pending()
-        self._sink.on_runtimes_changed()
+        self._gauge_sink.on_runtimes_changed()
