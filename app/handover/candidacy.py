@@ -13,9 +13,20 @@ from collections.abc import Callable
 
 from app.kube.lease import KubeLeaseClient, LeaseRecord, parse_lease
 
-__all__ = ["defer_to_warm_followers"]
+__all__ = ["defer_to_warm_followers", "read_record"]
 
 log = logging.getLogger("app.service")
+
+
+async def read_record(leases: KubeLeaseClient, namespace: str, name: str) -> LeaseRecord | None:
+    """The Lease's record; None when it does not exist, cannot be read or parsed (logged at debug: the
+    elector reads it again and reports what persists)."""
+    try:
+        lease = await leases.get(namespace, name)
+        return parse_lease(lease) if lease is not None else None
+    except Exception as exc:
+        log.debug("could not read the Lease %s/%s: %s", namespace, name, exc)
+        return None
 
 
 async def defer_to_warm_followers(
@@ -30,11 +41,7 @@ async def defer_to_warm_followers(
 ) -> None:
     """Wait before the first candidacy while another replica holds the Lease (one lease duration) or
     right after a graceful release (three retry periods). ``on_record`` sees the record read."""
-    try:
-        lease = await leases.get(namespace, name)
-        record = parse_lease(lease) if lease is not None else None
-    except Exception:  # unreadable or unreachable: the elector will sort it out
-        record = None
+    record = await read_record(leases, namespace, name)
     if record is None:
         return
     on_record(record)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from app.kube.logthrottle import RateLimit
+from app.trainer.projections import compact_uid, uid_text
 
 __all__ = [
     "ADMITTED_BEFORE_ANNOTATION",
@@ -42,27 +43,12 @@ HISTORY_LIMIT: Final = "handover_history"  # app.metrics.telemetry.Limit
 _throttle = RateLimit(300.0)
 
 
-def _uid_bytes(uid: str) -> bytes | None:
-    if len(uid) != 36 or uid[8:24:5] != "----":
-        return None
-    try:
-        raw = bytes.fromhex(uid.replace("-", ""))
-    except ValueError:
-        return None
-    return raw if len(raw) == 16 else None
-
-
-def _uid_text(raw: bytes) -> str:
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
 def _encode(uids: Iterable[str], on_limit: Callable[[str], None] | None) -> str:
     out: list[bytes] = []
     dropped = 0
     for uid in uids:
-        raw = _uid_bytes(uid)
-        if raw is None:
+        raw = compact_uid(uid)
+        if type(raw) is not bytes:
             continue
         if len(out) >= MAX_PUBLISHED:
             dropped += 1
@@ -105,7 +91,7 @@ def _decode(raw: str | None) -> list[str]:
             )
         return []
     count = min(len(data) // 16, MAX_PUBLISHED)
-    return [_uid_text(data[i * 16 : i * 16 + 16]) for i in range(count)]
+    return [uid_text(data[i * 16 : i * 16 + 16]) for i in range(count)]
 
 
 def parse_history(annotations: Mapping[str, str]) -> tuple[list[str], list[str]]:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from app.handover.candidacy import read_record
 from app.handover.history import format_history, parse_history
 from app.handover.watermarks import LeaseWatermarks
-from app.kube.lease import KubeLeaseClient, LeaseRecord, parse_lease
+from app.kube.lease import KubeLeaseClient, LeaseRecord
 from app.trainer.state import TrainerState
 
 __all__ = ["LeasePayload"]
@@ -50,12 +51,7 @@ class LeasePayload:
     async def read(self, leases: KubeLeaseClient, namespace: str, name: str) -> None:
         """Read the Lease once before the first list: a job preempted now must be known to have run
         before its next run is seen, or this replica would take that run for its first."""
-        try:
-            lease = await leases.get(namespace, name)
-            record = parse_lease(lease) if lease is not None else None
-        except Exception as exc:  # unreadable or unreachable: the elector reads it again later
-            log.warning("could not read the Lease before the first list (%s); reading it later", exc)
-            return
+        record = await read_record(leases, namespace, name)
         if record is not None:
             self.observe(record)
 
