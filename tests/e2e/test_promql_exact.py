@@ -96,8 +96,17 @@ def leader_slot_scraped_after(run_fleet: Fleet, prom: FleetPrometheus, after: fl
 def settle(run_fleet: Fleet, prom: FleetPrometheus) -> float:
     """After the generator stopped: the leader has seen every write, its series are out of their hold and
     every scraper has seen its counts; then one more scrape of it. Returns that scrape's time."""
-    rv = run_fleet.store_rv()
-    wait_for(lambda: run_fleet.settled(rv), timeout=30, what=f"the leader settled at rv {rv}")
+    rv = run_fleet.trainjob_rv()
+    missing: list[str | None] = [None]
+
+    def settled() -> bool:
+        missing[0] = run_fleet.unsettled(rv)
+        return missing[0] is None
+
+    try:
+        wait_for(settled, timeout=30, what=f"the leader settled at TrainJob rv {rv}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still missing: {missing[0]}") from None
     return leader_slot_scraped_after(run_fleet, prom, time.time())
 
 

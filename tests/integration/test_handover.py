@@ -35,6 +35,7 @@ from app.sim.generator import WorkloadGenerator
 from app.sim.truth import TruthSnapshot
 from tests.support.harness import (
     FAST_TIMINGS,
+    STEADY_TIMINGS,
     CountedEvent,
     ExporterSampler,
     Fleet,
@@ -173,10 +174,8 @@ async def exported_counts(r: Replica) -> Counts:
 # --------------------------------------------------------------------------------------------------
 
 
-# The graceful test's Lease timings: only releases hand over here, so the lease can be long. With the 1.5 s /
-# 1.0 s of FAST_TIMINGS, four replicas in one process on two cores kept busy by two CPU burners once lagged a
-# renew round past its deadline: the leader stepped down (as it must) and an unplanned term began.
-STEADY_LEASE = {"lease_duration_seconds": 6.0, "renew_deadline_seconds": 4.0}
+# Only releases hand over in the graceful test, so its lease can be long (STEADY_TIMINGS).
+STEADY_LEASE = STEADY_TIMINGS
 
 
 async def test_graceful_handovers_count_exactly(

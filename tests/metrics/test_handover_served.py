@@ -191,6 +191,7 @@ async def test_the_first_sigterm_hands_over_before_the_server_shuts_down() -> No
     """app/graceful.py: uvicorn would stop serving at once; the first signal runs Service.hand_over() with
     the server still up, and only then lets uvicorn exit (re-raising the signal at the end, as usual); a
     second signal during the wait exits at once."""
+
     class Server(HandOverOnExit, uvicorn.Server):
         pass
 

@@ -32,8 +32,10 @@ from app.service import Service
 from app.sim.cluster import SimulatedCluster
 from app.sim.generator import WorkloadGenerator
 from app.sim.status import StoreError
+from app.sim.table import WatchEvent
 from app.sim.truth import TruthSnapshot
 from app.trainer.events import CountableEvent
+from app.trainer.kinds import TRAINJOBS
 from tests.support.prom import Prometheus, free_port
 from tests.support.waiting import eventually
 
@@ -113,6 +115,7 @@ class Fleet:
     _stop: asyncio.Event | None = None
     _gen_stop: asyncio.Event | None = None
     _gen_task: asyncio.Task[int] | None = None
+    _trainjob_rv: int = 0  # revision of the last TrainJob write (Lease renewals advance the store's too)
     _error: BaseException | None = None
     _tmp: tempfile.TemporaryDirectory[str] | None = None
 
@@ -204,17 +207,32 @@ class Fleet:
     def store_rv(self) -> int:
         return self.call(lambda: self._sim().store.resource_version)
 
-    def settled(self, rv: int) -> bool:
-        """The leader has seen every write up to ``rv``, and every scraper every count it made."""
+    def trainjob_rv(self) -> int:
+        """The revision of the last TrainJob write. The store's own keeps moving with every Lease renewal,
+        and a TrainJob watch reaches those revisions only with a bookmark (every 60 s, or ~2 s before its
+        deadline): waiting for the store's revision would wait for a bookmark, not for the leader."""
+        return self.call(lambda: self._trainjob_rv)
 
-        def check() -> bool:
+    def unsettled(self, rv: int) -> str | None:
+        """None once the leader has seen every TrainJob write up to ``rv`` and every scraper every count it
+        made; else what is still missing."""
+
+        def check() -> str | None:
             leaders = [r for r in self.live.values() if r.service.journal.leading]
             if len(leaders) != 1:
-                return False
+                return f"{len(leaders)} leaders"
             service = leaders[0].service
-            informers = service._trainjob_informers
-            caught_up = all(int(i.resource_version or 0) >= rv for i in informers)
-            return caught_up and service.metric_state.held_series == 0 and service.ledger.all_seen()
+            behind = [
+                i.resource_version for i in service._trainjob_informers if int(i.resource_version or 0) < rv
+            ]
+            held = service.metric_state.held_series
+            ledger = service.ledger
+            problems = [
+                *([f"informers at rv {behind}"] if behind else []),
+                *([f"{held} series held at zero"] if held else []),
+                *([] if ledger.all_seen() else [f"{ledger.unseen} counted events not seen by every scraper"]),
+            ]
+            return "; ".join(problems) or None
 
         return self.call(check)
 
@@ -250,6 +268,7 @@ class Fleet:
                 max_jobs=self.max_jobs,
                 min_delete_age=self.min_delete_age,
             )
+            sim.store.subscribe(self._on_store_event)
             self.generator.load_runtimes()
             self.generator.populate(self.populate)  # the first replicas' initial list: never counted
             self._ready.set()
@@ -263,6 +282,10 @@ class Fleet:
                 for identity in list(self.live):
                     with contextlib.suppress(Exception):
                         await self._graceful(identity)
+
+    def _on_store_event(self, event: WatchEvent) -> None:
+        if event.resource == TRAINJOBS:
+            self._trainjob_rv = event.rv
 
     async def _add(self) -> str:
         slot = self._started
