@@ -22,8 +22,8 @@ from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
 from app.sim.cluster import SimulatedCluster
 from app.trainer.kinds import TRAINJOBS
-from tests.kube.test_informer_sim import Env, job, options
 from tests.support.informer_fakes import Projector, Recorder
+from tests.support.informer_sim_env import Env, informer_env, job, options
 from tests.support.waiting import eventually
 
 
@@ -92,19 +92,8 @@ class StreamEnv(Env):
         return self.informer
 
 
-@contextlib.asynccontextmanager
-async def stream_env(tmp_path: Path) -> AsyncIterator[StreamEnv]:
-    async with SimulatedCluster(watch_timeout=(30.0, 30.0), bookmark_interval=0.5) as sim:
-        client = await KubeClient.connect(str(sim.write_kubeconfig(tmp_path / "kubeconfig")))
-        e = StreamEnv(sim, client)
-        try:
-            yield e
-        finally:
-            if e.task is not None:
-                e.task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await e.task
-            await client.close()
+def stream_env(tmp_path: Path) -> contextlib.AbstractAsyncContextManager[StreamEnv]:
+    return informer_env(tmp_path, StreamEnv)
 
 
 @pytest.fixture

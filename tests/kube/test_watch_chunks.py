@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.kube.test_informer_unit import Rig, line, page
 from tests.support.informer_fakes import obj, running
+from tests.support.informer_rig import Rig, line, page
 
 
 def nonzero(counts: Any) -> dict[str, int]:
