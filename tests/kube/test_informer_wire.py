@@ -20,20 +20,12 @@ from aiohttp import web
 from app.kube.client import KubeClient
 from app.kube.informer import Informer, InformerOptions
 from tests.support.informer_fakes import THINGS, Projector, Recorder, obj
+from tests.support.informer_sim_env import options
 from tests.support.kubeconfig import write_kubeconfig
 from tests.support.waiting import eventually
 
-FAST = InformerOptions(
-    page_size=500,
-    watch_timeout_range=(30, 30),
-    inactivity_timeout=1.0,
-    max_object_bytes=64 * 1024,
-    backoff_base=0.05,
-    backoff_cap=0.2,
-    list_timeout=3.0,
-    connect_timeout=1.0,
-    short_watch=0.05,
-)
+# The simulated-cluster tests' options, with a shorter inactivity timeout and backoff cap.
+FAST = options(inactivity_timeout=1.0, backoff_cap=0.2)
 
 Fault = Callable[[web.Request], Any]
 
