@@ -37,6 +37,7 @@ WATCH_RESTART_REASONS = (
     "oversized_line",  # a line above max_object_bytes: skipped, then relist
 )
 SKIP_REASONS = ("malformed", "too_large", "handler_error")
+SYNC_METHODS = ("list", "streaming")  # a paginated LIST, or a streaming list (watch with sendInitialEvents)
 
 
 class InformerCounters:
@@ -50,6 +51,7 @@ class InformerCounters:
         "modified",
         "relists",
         "skipped",
+        "sync_failures",
         "watch_restarts",
     )
 
@@ -62,6 +64,7 @@ class InformerCounters:
         self.relists = dict.fromkeys(RELIST_REASONS, 0)
         self.watch_restarts = dict.fromkeys(WATCH_RESTART_REASONS, 0)
         self.skipped = dict.fromkeys(SKIP_REASONS, 0)
+        self.sync_failures = dict.fromkeys(SYNC_METHODS, 0)
 
     def events(self) -> tuple[tuple[str, int], ...]:
         return (
@@ -82,6 +85,8 @@ class InformerView(Protocol):
     def synced(self) -> bool: ...
     @property
     def stale(self) -> bool: ...
+    @property
+    def streaming_list(self) -> bool: ...
     @property
     def last_event(self) -> float: ...  # clock() of the last event, bookmark or completed list
     def __len__(self) -> int: ...
@@ -118,7 +123,7 @@ class InformerTelemetry(Collector):
 
     def collect(self) -> Iterator[Metric]:
         families = self._families()
-        synced, objects, events, relists, restarts, age, stale, skipped = families
+        synced, objects, events, relists, restarts, age, stale, skipped, streaming, failures = families
         now = self._clock()
         for name, (informer, c) in list(self._informers.items()):
             synced.add_metric([name], 1.0 if informer.synced else 0.0)
@@ -133,6 +138,9 @@ class InformerTelemetry(Collector):
                 restarts.add_metric([name, reason], count)
             for reason, count in c.skipped.items():
                 skipped.add_metric([name, reason], count)
+            streaming.add_metric([name], 1.0 if informer.streaming_list else 0.0)
+            for method, count in c.sync_failures.items():
+                failures.add_metric([name, method], count)
         return iter(families)
 
     @staticmethod
@@ -143,6 +151,8 @@ class InformerTelemetry(Collector):
         CounterMetricFamily,
         CounterMetricFamily,
         GaugeMetricFamily,
+        GaugeMetricFamily,
+        CounterMetricFamily,
         GaugeMetricFamily,
         CounterMetricFamily,
     ]:
@@ -177,5 +187,17 @@ class InformerTelemetry(Collector):
                 p + "skipped_objects",
                 "Objects or lines skipped: malformed, too large, or a handler that raised.",
                 labels=["informer", "reason"],
+            ),
+            GaugeMetricFamily(
+                p + "streaming_list",
+                "1 while syncs use the streaming list (watch with sendInitialEvents); 0 for the paginated "
+                "LIST, configured or fallen back to.",
+                labels=["informer"],
+            ),
+            CounterMetricFamily(
+                p + "sync_failures",
+                "Syncs (initial or relist) that failed before completing and were retried, by method: a "
+                "paginated LIST, or a streaming list.",
+                labels=["informer", "method"],
             ),
         )

@@ -198,6 +198,7 @@ class Reflector(Generic[T]):
                     stop = await self._watch(sync_from=list_rv)
                     if self._ingest.collecting:  # ended before the initial-events-end bookmark
                         self._ingest.abort_initial()
+                        c.sync_failures["streaming"] += 1
                         if stop.fresh:
                             list_rv = ""
                         await self._sync_failed(stop)
@@ -243,6 +244,7 @@ class Reflector(Generic[T]):
         try:
             await self._list(rv)
         except ApiError as exc:
+            self.counters.sync_failures["list"] += 1
             retry_after = min(exc.retry_after or 0.0, MAX_RETRY_AFTER)
             if exc.status == 404:
                 # client-go: an absent resource (CRD not installed) counts as an empty list so readiness

@@ -1091,6 +1091,7 @@ class _FakeInformer:
     name = "trainjobs"
     synced = True
     stale = False
+    streaming_list = False
     last_event = 0.0
 
     def __len__(self) -> int:

@@ -317,6 +317,25 @@ async def test_telemetry_collects_plain_counters() -> None:
         assert registry.get_sample_value("trainer_metrics_informer_synced", labels) is None
 
 
+async def test_failed_lists_are_counted_as_sync_failures() -> None:
+    registry = CollectorRegistry()
+    rig = Rig(telemetry=InformerTelemetry(registry))
+    labels = {"informer": "things"}
+    async with running(rig.informer):
+        rig.client.add_list(ApiError(500, "InternalError", "etcd unavailable"))
+        rig.client.add_list(ApiError(0, "ClientConnectorError", "refused"))
+        await rig.start(page([obj("a", 1)], 5))
+        assert rig.informer.synced
+
+        def failures(method: str) -> float | None:
+            return registry.get_sample_value(
+                "trainer_metrics_informer_sync_failures_total", {**labels, "method": method}
+            )
+
+        assert (failures("list"), failures("streaming")) == (2, 0)
+        assert registry.get_sample_value("trainer_metrics_informer_streaming_list", labels) == 0
+
+
 def test_informer_name_and_options_from_settings() -> None:
     from app.config import Settings
 

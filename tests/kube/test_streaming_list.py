@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client import CollectorRegistry
 
 from app.kube.client import KubeClient
 from app.kube.informer import Informer, InformerOptions
@@ -216,13 +217,34 @@ async def test_relist_streams_from_the_resource_version_held(senv: StreamEnv) ->
     senv.assert_matches_store()
 
 
+Exported = tuple[float | None, float | None, float | None]
+
+
+def telemetry_of(registry: CollectorRegistry) -> Callable[[], Exported]:
+    """The informer's streaming-list gauge and its failed syncs (LIST, streaming), as exported."""
+    labels = {"informer": "trainjobs"}
+
+    def read() -> Exported:
+        failures = "trainer_metrics_informer_sync_failures_total"
+        return (
+            registry.get_sample_value("trainer_metrics_informer_streaming_list", labels),
+            registry.get_sample_value(failures, {**labels, "method": "list"}),
+            registry.get_sample_value(failures, {**labels, "method": "streaming"}),
+        )
+
+    return read
+
+
 async def test_refused_streaming_list_falls_back_to_list_for_good(senv: StreamEnv) -> None:
     a = senv.create("a")
     senv.wire.refuse = True
-    inf = senv.start(options(streaming_list=None))
+    registry = CollectorRegistry()
+    exported = telemetry_of(registry)
+    inf = senv.start(options(streaming_list=None), telemetry=InformerTelemetry(registry))
     await senv.watching()
     assert senv.calls() == [("added", "team1/a", rv(a), True)]
     assert not inf.streaming_list and len(senv.wire.streaming()) == 1 and len(senv.wire.lists()) == 1
+    assert exported() == (0, 0, 1)  # the fallback shows in the metrics, not only in a log line
     # A later relist does not try again.
     await expire_watch(senv)
     await eventually(lambda: inf.counters.relists["expired"] >= 1 and inf.watching)
@@ -251,12 +273,20 @@ async def test_missing_end_bookmark_falls_back_to_list_for_good(
 async def test_streaming_on_does_not_fall_back(senv: StreamEnv) -> None:
     senv.create("a")
     senv.wire.ignore_initial_events = True
-    inf = senv.start(options(streaming_list=True, initial_events_timeout=0.2))
+    registry = CollectorRegistry()
+    exported = telemetry_of(registry)
+    inf = senv.start(
+        options(streaming_list=True, initial_events_timeout=0.2), telemetry=InformerTelemetry(registry)
+    )
     await eventually(lambda: len(senv.wire.streaming()) >= 3, timeout=10)
     assert not inf.synced and senv.calls() == [] and senv.wire.lists() == [] and inf.streaming_list
+    gauge, listed, streamed = exported()
+    assert (gauge, listed) == (1, 0) and streamed is not None and streamed >= 2
     senv.wire.ignore_initial_events = False  # the server learns it: the next attempt syncs
     await eventually(lambda: inf.synced and inf.watching, timeout=10)
     senv.assert_matches_store()
+    gauge, _, streamed_at_sync = exported()
+    assert gauge == 1 and streamed_at_sync == len(senv.wire.streaming()) - 1  # every attempt but the last
 
 
 async def test_oversized_object_in_initial_events_uses_list_for_that_sync(senv: StreamEnv) -> None:
