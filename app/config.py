@@ -202,6 +202,13 @@ class Settings(BaseSettings):
         description="Sync informers by streaming list (a watch with sendInitialEvents) instead of the "
         "paginated LIST: `on`, `off`, or `auto` (try it, use LIST for good if the server refuses it).",
     )
+    initial_events_timeout_seconds: float = Field(
+        default=300.0,
+        ge=1,
+        le=3600,
+        description="Streaming list: how long a sync may take to reach the end-of-initial-events bookmark; "
+        "past it `auto` uses LIST for good and `on` retries. Above the time to stream every watched object.",
+    )
     max_unknown_runtime_refs: int = Field(
         default=100,
         ge=0,

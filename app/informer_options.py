@@ -16,4 +16,5 @@ def informer_options(settings: Settings) -> InformerOptions:
         inactivity_timeout=settings.watch_inactivity_timeout_seconds,
         max_object_bytes=settings.max_object_bytes,
         streaming_list=_STREAMING_LIST[settings.streaming_list],
+        initial_events_timeout=settings.initial_events_timeout_seconds,
     )

@@ -56,6 +56,7 @@ CONFIG_SAMPLE: dict[str, Any] = {
     "watch_inactivity_timeout_seconds": 45.5,
     "list_page_size": 250,
     "streaming_list": "auto",
+    "initial_events_timeout_seconds": 45.5,
     "max_unknown_runtime_refs": 7,
     "accelerator_resource_patterns": ["nvidia.com/gpu", "example.com/npu-*"],
     "max_accelerator_classes": 9,

@@ -340,10 +340,16 @@ def test_informer_name_and_options_from_settings() -> None:
     from app.config import Settings
 
     s = Settings(
-        watch_timeout_min_seconds=10, watch_timeout_max_seconds=20, list_page_size=7, leader_election=False
+        watch_timeout_min_seconds=10,
+        watch_timeout_max_seconds=20,
+        list_page_size=7,
+        leader_election=False,
+        streaming_list="auto",
+        initial_events_timeout_seconds=45,
     )
     o = informer_options(s)
     assert (o.page_size, o.watch_timeout_range, o.max_object_bytes) == (7, (10, 20), s.max_object_bytes)
+    assert (o.streaming_list, o.initial_events_timeout) == (None, 45)
     p, r = Projector(), Recorder()
     assert Informer(FakeClient(), THINGS, "team1", p, r).name == "things/team1"
     cluster = ResourceKind("example.com", "v1", "globals", "Global", namespaced=False)
