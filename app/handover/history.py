@@ -48,7 +48,7 @@ def _encode(uids: Iterable[str], on_limit: Callable[[str], None] | None) -> str:
     dropped = 0
     for uid in uids:
         raw = compact_uid(uid)
-        if type(raw) is not bytes:
+        if isinstance(raw, str):  # not a canonical UUID: nothing the API server assigns
             continue
         if len(out) >= MAX_PUBLISHED:
             dropped += 1

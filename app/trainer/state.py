@@ -165,7 +165,7 @@ class TrainerState:
         self.runtime_handler = _RuntimeHandler(self)
 
         # runtimes by ref, and the gauge counted per raw ref (the sink sees effective keys)
-        self._refs = RuntimeRefs(gauge_sink or sink, max_unknown=max_unknown_runtime_refs, on_limit=on_limit)
+        self._refs = RuntimeRefs(self._gauge_sink, max_unknown=max_unknown_runtime_refs, on_limit=on_limit)
 
         self._terminal = TerminalSet()
         # jobs that ran (were resumed) before but not now, and recently deleted uids

@@ -174,16 +174,13 @@ async def exported_counts(r: Replica) -> Counts:
 # --------------------------------------------------------------------------------------------------
 
 
-# Only releases hand over in the graceful test, so its lease can be long (STEADY_TIMINGS).
-STEADY_LEASE = STEADY_TIMINGS
-
-
+# Only releases hand over in the graceful test, so its lease can be long: STEADY_TIMINGS.
 async def test_graceful_handovers_count_exactly(
     sim: SimulatedCluster, workload: WorkloadGenerator, kubeconfig: Path, tmp_path: Path
 ) -> None:
     async with Fleet(tmp_path) as fleet:
         for name in ("a", "b", "c"):
-            await fleet.add(kubeconfig, name, **STEADY_LEASE)
+            await fleet.add(kubeconfig, name, **STEADY_TIMINGS)
         await fleet.wait_leader()
         await fleet.wait_candidates()
         before = workload.snapshot()
@@ -199,7 +196,7 @@ async def test_graceful_handovers_count_exactly(
                         await fleet.wait_counted(leader, TERM_EVENTS)  # the leader's term
                         if handover == 1:  # keep two followers: a fresh replica joins, warm standby
                             last_end["d"] = {}
-                            await fleet.add(kubeconfig, "d", **STEADY_LEASE)
+                            await fleet.add(kubeconfig, "d", **STEADY_TIMINGS)
                             # A newcomer defers its candidacy by the lease duration plus three retries.
                             await fleet.wait_candidates(timeout=30)
                         # Followers count nothing: their counters are where their last term left them.
@@ -237,7 +234,7 @@ async def test_graceful_handovers_count_exactly(
         # A released Lease is taken on the follower's next retry: well inside the lease duration (the
         # recorded take-over instants; plus however late this loop ran timers).
         assert max(latencies) < RETRY * 3 + 1.0 + lag.max, (latencies, lag.max)
-        assert max(latencies) < STEADY_LEASE["lease_duration_seconds"] + lag.max, (latencies, lag.max)
+        assert max(latencies) < STEADY_TIMINGS["lease_duration_seconds"] + lag.max, (latencies, lag.max)
 
         truth = truth_counts(after, before)
         summed: Counts = {}

@@ -204,9 +204,6 @@ class Fleet:
     def truth(self) -> TruthSnapshot:
         return self.call(lambda: self._gen().snapshot())
 
-    def store_rv(self) -> int:
-        return self.call(lambda: self._sim().store.resource_version)
-
     def trainjob_rv(self) -> int:
         """The revision of the last TrainJob write. The store's own keeps moving with every Lease renewal,
         and a TrainJob watch reaches those revisions only with a bookmark (every 60 s, or ~2 s before its
