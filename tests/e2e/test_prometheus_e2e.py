@@ -356,6 +356,13 @@ def test_one_leader_and_synced_informers(e2e: E2E) -> None:
     assert len(synced) >= 3 and set(synced.values()) == {1.0}, synced
     stale = prom.values(f'trainer_metrics_informer_stale{{job="{JOB}"}}', "informer", at=at)
     assert set(stale) == set(synced) and set(stale.values()) == {0.0}, stale
+    # The default sync is the paginated LIST; no sync failed. The failure series exist from the start at 0,
+    # so the runbook's increase() over them has data (and would count a first failure).
+    streaming = prom.values(f'trainer_metrics_informer_streaming_list{{job="{JOB}"}}', "informer", at=at)
+    assert streaming == dict.fromkeys(synced, 0.0), streaming
+    failed = f'increase(trainer_metrics_informer_sync_failures_total{{job="{JOB}"}}[1h])'
+    failures = prom.values(f"sum by (informer, method) ({failed})", "informer", "method", at=at)
+    assert failures == {(i, m): 0.0 for (i,) in synced for m in ("list", "streaming")}, failures
 
 
 # --- 2. every shipped PromQL expression parses and returns data -------------------------------------------
