@@ -12,8 +12,8 @@ from typing import Any
 
 from app import __version__
 from app.config import Settings, SettingsError, load_settings
-from app.logging_setup import configure_logging
-from app.tls import CertificateReloader, TLSConfigError, load_tls
+from app.serving.logging_setup import configure_logging
+from app.serving.tls import CertificateReloader, TLSConfigError, load_tls
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     overrides: dict[str, Any] = {k: v for k, v in vars(args).items() if v is not None}
-    # --sim-* flags configure the simulated cluster's workload (app/sim/settings.py), not the service.
+    # --sim-* flags configure the simulated cluster's workload (kubesim.trainer.settings), not the service.
     sim_overrides = {
         k.removeprefix("sim_"): overrides.pop(k) for k in list(overrides) if k.startswith("sim_")
     }
@@ -95,11 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     sim_settings = None
     if settings.simulate:
-        from app.sim.settings import SimSettingsError, load_sim_settings
+        from app.replica.simulate import SimulateError, load_simulation
 
         try:
-            sim_settings = load_sim_settings(**sim_overrides)
-        except SimSettingsError as exc:
+            sim_settings = load_simulation(**sim_overrides)
+        except SimulateError as exc:
             print(f"trainer-metrics: {exc}", file=sys.stderr)
             return 2
     configure_logging(settings.log_level, settings.log_format)
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trainer-metrics: {exc}", file=sys.stderr)
         return 2
     if not settings.simulate:  # the embedded cluster writes its own kubeconfig
-        from app.preflight import check_kube_access
+        from app.replica.preflight import check_kube_access
 
         try:
             # Before anything is logged or bound: a bad kubeconfig is the one line printed, exit code 2.
@@ -119,13 +119,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     log.info(startup_line(settings, tls))
 
-    from app.extra_telemetry import register_collector
     from app.main import create_app
-    from app.server import HttpServer, ServerStartError
+    from app.replica.extra_telemetry import register_collector
+    from app.serving.limits import ServerStartError
+    from app.serving.server import HttpServer
 
     cluster = None
     if settings.simulate:
-        from app.simulate import embedded_cluster
+        from app.replica.simulate import embedded_cluster
 
         cluster = functools.partial(embedded_cluster, sim_settings=sim_settings)
     app = create_app(settings, cluster=cluster, tls=tls, owns_process=True)

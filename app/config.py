@@ -302,7 +302,7 @@ class Settings(BaseSettings):
     )
 
     # --- Simulated cluster -------------------------------------------------------------------
-    # Its workload is configured apart, by app/sim/settings.py (TRAINER_METRICS_SIM_*).
+    # Its workload is configured apart, by sim/kubesim/trainer/settings.py (TRAINER_METRICS_SIM_*).
     simulate: bool = Field(default=False, description="Start the embedded simulated cluster and watch it.")
 
     @field_validator("namespaces", mode="before")
@@ -475,6 +475,6 @@ def unknown_env_vars() -> list[str]:
     return sorted(
         k
         for k in os.environ
-        # The simulated cluster's settings (app/sim/settings.py) check their own names.
+        # The simulated cluster's settings (sim/kubesim/trainer/settings.py) check their own names.
         if k.startswith(ENV_PREFIX) and not k.startswith(SIM_ENV_PREFIX) and k not in known
     )

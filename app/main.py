@@ -13,9 +13,9 @@ from app.api.auth import install_auth
 from app.api.docs import install_docs
 from app.api.routes import install_routes
 from app.config import Settings
-from app.extra_telemetry import service_extras
-from app.service import Service
-from app.tls import CertificateReloader
+from app.replica.extra_telemetry import service_extras
+from app.replica.service import Service
+from app.serving.tls import CertificateReloader
 
 log = logging.getLogger(__name__)
 

@@ -44,9 +44,9 @@ import yaml
 
 from app.config import Settings
 from app.main import create_app
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
 from bench.common import free_port
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
 
 T = TypeVar("T")
 
@@ -119,7 +119,7 @@ class Service:
 
         @contextlib.asynccontextmanager
         async def cluster(settings: Settings) -> AsyncIterator[str]:
-            # app.simulate.embedded_cluster, with the generator started and stopped by this script.
+            # app.replica.simulate.embedded_cluster, with the generator started and stopped by this script.
             with tempfile.TemporaryDirectory(prefix="promql-visibility-") as tmp:
                 async with SimulatedCluster(host="127.0.0.1", port=0) as sim:
                     kubeconfig = sim.write_kubeconfig(Path(tmp) / "kubeconfig")

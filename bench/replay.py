@@ -32,11 +32,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from app.sim import shapes
-from app.sim.generator import WorkloadGenerator
-from app.sim.kubeconfig import write_kubeconfig
-from app.sim.store import Store
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+from kubesim.apiserver.http.kubeconfig import write_kubeconfig
+from kubesim.trainer import shapes
+from kubesim.trainer.cluster import trainer_store
+from kubesim.trainer.generator import WorkloadGenerator
 
 _RV_MARK = "__RV_MARK__"
 _BATCH_BYTES = 256 * 1024
@@ -44,11 +44,11 @@ _BATCH_BYTES = 256 * 1024
 
 def build_events(jobs: int, seed: int = 7) -> tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes]]:
     """(event templates as (prefix, suffix) around the resourceVersion, job list items, runtime items)."""
-    gen_store = Store()
+    gen_store = trainer_store()
     gen = WorkloadGenerator(gen_store, seed=seed, namespaces=20, max_jobs=jobs)
     gen.load_runtimes()
     gen.populate(jobs)
-    store = Store(history_window=0)
+    store = trainer_store(history_window=0)
     runtimes: list[bytes] = []
     for kind in (CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES):
         for entry in gen_store.entries(kind, None):

@@ -102,7 +102,8 @@ class _CountingHandler:
 
 def _pipeline(*, exact: bool = True) -> tuple[Any, Any]:
     """TrainerState → CountJournal (leading) → ServedLedger → TrainerMetricState (born at zero), wired with
-    the service's defaults as app/service.py does; ``exact=False`` (P9's baseline): TrainerState straight
+    the service's defaults as app/replica/service.py does; ``exact=False`` (P9's baseline): TrainerState
+    straight
     into a TrainerMetricState without holds, i.e. without what PromQL-exact counting adds."""
     from app.handover.journal import CountJournal
     from app.handover.served import ServedLedger

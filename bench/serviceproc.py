@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     from fastapi.responses import JSONResponse
 
     from app.config import load_settings
-    from app.logging_setup import configure_logging
     from app.main import create_app
+    from app.serving.logging_setup import configure_logging
 
     extra: dict[str, object] = {"streaming_list": args.streaming_list} if args.streaming_list else {}
     if args.no_exact:

@@ -25,11 +25,11 @@ from typing import Any
 
 from aiohttp import web
 
-from app.sim import shapes
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
-from app.sim.store import Store
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+from kubesim.apiserver.storage.store import Store
+from kubesim.trainer import shapes
+from kubesim.trainer.cluster import SimulatedCluster, trainer_store
+from kubesim.trainer.generator import WorkloadGenerator
 
 PROBE_NS = "bench-probe"
 PROBE_NAME = "freshness-probe"
@@ -81,7 +81,7 @@ def _probe_status(running: bool) -> dict[str, Any]:
 
 async def serve(args: argparse.Namespace) -> None:
     started = time.monotonic()
-    store = Store(history_window=args.history_window)
+    store = trainer_store(history_window=args.history_window)
     generator = WorkloadGenerator(
         store, seed=args.seed, namespaces=args.namespaces, max_jobs=max(args.jobs, 1)
     )

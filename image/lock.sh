@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the hash-pinned lock files from the ranges in pyproject.toml:
 #   requirements.lock       runtime dependencies ([project].dependencies): the image installs exactly these
-#   requirements-test.lock  the same pins plus the `test` extra and the build backend ([build-system].requires):
+#   requirements-test.lock  the same pins plus the `test` extra, the simulated cluster's dependencies (sim/pyproject.toml)
+#                           and the build backend ([build-system].requires):
 #                           .ci/run installs exactly these, then the project itself with --no-deps
 # Versions already in a lock file are kept (so a re-run changes nothing); pass --upgrade, or
 # --upgrade-package NAME, to move them. Both files are universal (any OS, Python >= 3.11) and carry the
@@ -25,5 +26,5 @@ common=(--universal --python-version 3.11 --generate-hashes --quiet
 # The build backend comes from [build-system].requires, read here rather than copied into a second file; the
 # runtime lock constrains the test lock so both install the same runtime versions.
 python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' |
-  "$uv" pip compile pyproject.toml --extra test - -c requirements.lock "${common[@]}" "$@" \
+  "$uv" pip compile pyproject.toml sim/pyproject.toml --extra test - -c requirements.lock "${common[@]}" "$@" \
     -o requirements-test.lock

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
 
 
 @pytest.fixture

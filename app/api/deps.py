@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.applications import Starlette
 
-from app.service import Service
+from app.replica.service import Service
 
 __all__ = ["RunningService", "running_service"]
 

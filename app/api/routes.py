@@ -18,7 +18,7 @@ from app.api.models import (
     TerminalPage,
 )
 from app.metrics.telemetry import Limit
-from app.service import Service
+from app.replica.service import Service
 
 
 def _started(service: Service | None) -> Service:

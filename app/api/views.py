@@ -14,8 +14,8 @@ from app.api.models import (
     TerminalPage,
 )
 from app.handover.watermarks import parse_watermarks
-from app.kube.elector import ElectorStatus
-from app.service import Service
+from app.kube.elector_api import ElectorStatus
+from app.replica.service import Service
 
 __all__ = ["InvalidContinueToken", "leadership", "snapshot", "terminal_page"]
 

@@ -15,7 +15,7 @@ from app.kube.lease import KubeLeaseClient, LeaseRecord, parse_lease
 
 __all__ = ["defer_to_warm_followers", "read_record"]
 
-log = logging.getLogger("app.service")
+log = logging.getLogger("app.replica.service")
 
 
 async def read_record(leases: KubeLeaseClient, namespace: str, name: str) -> LeaseRecord | None:

@@ -4,7 +4,7 @@
 No field of a TrainJob says that it ran before: a preempted job looks like one waiting for its first
 admission (app/trainer/history.py). The leader publishes the uids of the live jobs it knows ran (were
 resumed) and do not run (are suspended) now, with every Lease renewal; every replica merges what it reads
-(app/service.py). So a replica that started while a job was preempted does not count the job's next
+(app/replica/service.py). So a replica that started while a job was preempted does not count the job's next
 run, or re-admission, as its first one, and the Lease keeps the facts across a restart of every replica.
 
 Format: one annotation per fact, the uids as their 16 UUID bytes concatenated and base64-encoded (22

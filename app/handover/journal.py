@@ -16,7 +16,7 @@ between TrainerState and TrainerMetricState on every replica:
   a live event with ``rv <= previous_watermark`` was already counted by the previous leader (it reached
   this replica late) and is skipped;
 * ``pause_counting()`` stops counting but keeps leading (a graceful stop, while the last counts are
-  being scraped: app/service.py); ``stop_leading()`` stops counting at once and returns the watermark.
+  being scraped: app/replica/service.py); ``stop_leading()`` stops counting at once and returns the watermark.
 
 The elector is expected to publish watermarks with every Lease renewal (and the final ones when it
 releases the Lease), and to pass the published value to the next leader (app/handover/watermarks.py).

@@ -24,7 +24,7 @@ rests on time:
   and overwritten only once it has stayed unchanged for our own lease duration.
 
 The interface types (``ElectorConfig``, ``LeaderCallbacks``, ``ElectorStatus``) are in
-app/kube/elector_api.py and re-exported here; what was last seen of the Lease, and whether it is still in
+app/kube/elector_api.py; what was last seen of the Lease, and whether it is still in
 force, is app/kube/elector_lease.py's ``ObservedLease``, which also builds the bodies written.
 """
 
@@ -43,15 +43,6 @@ from app.kube.elector_api import JITTER_FACTOR, ElectorConfig, ElectorStatus, Le
 from app.kube.elector_lease import LeaseBodies, ObservedLease
 from app.kube.lease import LeaseClient, LeaseRecord, loose_int
 from app.kube.logthrottle import FailureLog
-
-__all__ = [
-    "JITTER_FACTOR",
-    "RELEASED_LEASE_DURATION",
-    "ElectorConfig",
-    "ElectorStatus",
-    "LeaderCallbacks",
-    "LeaseElector",
-]
 
 log = logging.getLogger(__name__)
 

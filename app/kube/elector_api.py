@@ -1,7 +1,7 @@
 """The elector's interface: its configuration (with the checks that make the safety argument of
 app/kube/elector.py hold), the callbacks it drives, and the status it reports.
 
-Its own module because these are what callers (app/service.py, app/api/views.py) build and read, while
+Its own module because these are what callers (app/replica/service.py, app/api/views.py) build and read, while
 the state machine in app/kube/elector.py is what they never look inside. Generic like all of app/kube:
 no Settings, no Trainer names.
 """

@@ -1,7 +1,7 @@
 """Connection accounting for one listener: caps, displacement and deadlines.
 
 uvicorn has no cap that sees a connection before its request head, and no deadline on a head that
-never arrives (app/server.py says why we add them rather than change servers). This module is the
+never arrives (app/serving/server.py says why we add them rather than change servers). This module is the
 bookkeeping behind both, kept apart from sockets and protocols so it can be reasoned about (and tested)
 as plain data: every accepted socket is counted until it closes, per listener and per client address.
 
@@ -30,12 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.clientaddr import client_key
 from app.kube.logthrottle import RateLimit
+from app.serving.clientaddr import client_key
 from app.serving.logs import LOG_INTERVAL
 
 # The name these lines had before the server was split into modules: log filters key on it.
-log = logging.getLogger("app.server")
+log = logging.getLogger("app.serving.server")
 
 # A response (once its request head has arrived) must be fully written within this long. Every answer is
 # built from memory (an auth review is bounded at 6 s), so this only ever cuts clients that stop reading.

@@ -17,7 +17,7 @@ from app.config import Settings
 from app.serving.guard import MAX_CLOSING
 
 # The name these lines had before the server was split into modules: log filters key on it.
-log = logging.getLogger("app.server")
+log = logging.getLogger("app.serving.server")
 
 # File descriptors kept free for everything but client connections: API-server connections of the
 # informers and the elector, log and certificate files, the embedded simulated cluster in --simulate

@@ -10,7 +10,7 @@ Two ways in, one result:
 
 Both paths end in the same builders (app/trainer/projections.py) and the same pure rules
 (app/trainer/rules/), so they agree on every well-formed object (tests check this over every
-manifest in app/sim/data).
+manifest in sim/kubesim/trainer/data).
 """
 
 from __future__ import annotations

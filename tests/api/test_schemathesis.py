@@ -29,8 +29,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: 
 
 from app.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
-from app.sim.settings import SimSettings  # noqa: E402
-from app.simulate import embedded_cluster  # noqa: E402
+from app.replica.simulate import embedded_cluster  # noqa: E402
+from kubesim.trainer.settings import SimSettings  # noqa: E402
 
 OPENAPI = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 PAGE_MAX = 50  # terminal_page_max of the server under test

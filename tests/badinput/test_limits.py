@@ -16,7 +16,7 @@ from app.config import Settings
 from app.kube.informer import Informer, InformerOptions
 from app.main import create_app
 from app.metrics.telemetry import Limit, SelfTelemetry
-from app.service import Service
+from app.replica.service import Service
 from app.trainer.kinds import TRAINJOBS
 from app.trainer.projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState

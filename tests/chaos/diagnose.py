@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from app.handover.journal import CountJournal
-from app.service import Service
+from app.replica.service import Service
 from app.trainer.events import JobCreated, JobFinished
 from tests.chaos.soak import Soak, SoakConfig, render_table
 

@@ -59,14 +59,14 @@ import uvicorn
 
 from app.handover.journal import CountJournal
 from app.handover.watermarks import WATERMARK_ANNOTATION
-from app.kube.resources import LEASES
 from app.main import create_app
-from app.service import Service
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
-from app.sim.status import StoreError
+from app.replica.service import Service
 from app.trainer.events import JobCreated, JobFinished
-from app.trainer.kinds import TRAINJOBS
+from kubesim.apiserver.core import LEASES
+from kubesim.apiserver.status import StoreError
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.kinds import TRAINJOBS
 from tests.support import promql_visible
 from tests.support.fleet import FleetPrometheus
 from tests.support.harness import Replica, replica

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from app.service import Service
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
+from app.replica.service import Service
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
 from tests.chaos.soak import SoakConfig, service_traced_bytes
 from tests.support.harness import last_write_rv, replica
 from tests.support.waiting import eventually

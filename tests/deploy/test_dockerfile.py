@@ -124,7 +124,8 @@ def test_build_context_holds_what_the_build_needs_and_no_more() -> None:
 
 def test_dockerignore_matching() -> None:
     rules = ["*", "!app/", "app/**/__pycache__"]
-    assert not _ignored("app/sim/data/x.yaml", rules)
+    assert not _ignored("app/trainer/rules/x.py", rules)
+    assert _ignored("sim/kubesim/trainer/cluster.py", rules)  # the simulated cluster stays out of the image
     assert _ignored("app/kube/__pycache__/x.pyc", rules)
     assert _ignored("tests/test_x.py", rules)
     assert _ignored(".venv/bin/python", rules)

@@ -12,7 +12,7 @@ import helm_python as helm
 import pytest
 
 from app.config import ENV_PREFIX, Settings, load_settings
-from app.sim.settings import SimSettings
+from kubesim.trainer.settings import SimSettings
 
 from .chart import CHART_DIR, RenderFn, load_yaml
 
@@ -78,7 +78,8 @@ CONFIG_SAMPLE: dict[str, Any] = {
 
 
 def _config_keys() -> set[str]:
-    # The simulated cluster's workload settings (app/sim/settings.py) are config keys too, as sim_<field>.
+    # The simulated cluster's workload settings (sim/kubesim/trainer/settings.py) are config keys too, as
+    # sim_<field>.
     return set(Settings.model_fields) - set(DEDICATED) | _SIM_KEYS
 
 

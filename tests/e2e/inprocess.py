@@ -2,8 +2,8 @@
 loopback port, against a simulated cluster whose workload generator the test controls, all on an event
 loop in a background thread so that synchronous tests and an external Prometheus can use it.
 
-The only difference from ``app.simulate.embedded_cluster``: the generator is started by the test once the
-service leads (so its ground truth of "created" and "finished" starts exactly where the service's counters
+The only difference from ``app.replica.simulate.embedded_cluster``: the generator is started by the test once
+the service leads (so its ground truth of "created" and "finished" starts exactly where the service's counters
 start), and stopped by the test (so the stream can settle before comparing)."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import uvicorn
 
 from app.config import Settings
 from app.main import create_app
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
-from app.sim.truth import TruthSnapshot
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.truth import TruthSnapshot
 from tests.support.prom import SCRAPE_INTERVAL_SECONDS
 from tests.support.waiting import eventually
 
@@ -159,7 +159,7 @@ class InProcessService:
 
         @contextlib.asynccontextmanager
         async def cluster(settings: Settings) -> AsyncIterator[str]:
-            # As app.simulate.embedded_cluster, less the generator task (the test drives it).
+            # As app.replica.simulate.embedded_cluster, less the generator task (the test drives it).
             with tempfile.TemporaryDirectory(prefix="trainer-metrics-e2e-") as tmp:
                 async with SimulatedCluster(host="127.0.0.1", port=0) as sim:
                     kubeconfig = sim.write_kubeconfig(Path(tmp) / "kubeconfig")

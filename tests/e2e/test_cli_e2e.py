@@ -20,8 +20,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.sim.generator import WorkloadGenerator
-from app.sim.store import Store
+from kubesim.trainer.cluster import trainer_store
+from kubesim.trainer.generator import WorkloadGenerator
 from tests.support.prom import (
     SCRAPE_INTERVAL_SECONDS,
     Prometheus,
@@ -172,7 +172,7 @@ def test_the_scrape_of_the_cli_is_healthy(cli: CLI) -> None:
 
 def test_runtime_info_lists_the_runtimes_of_the_seeded_generator(cli: CLI) -> None:
     # The same seed against an empty store creates the same runtimes as the CLI's embedded cluster.
-    expected_refs = sorted(WorkloadGenerator(Store(), seed=SEED).load_runtimes())
+    expected_refs = sorted(WorkloadGenerator(trainer_store(), seed=SEED).load_runtimes())
     snapshot = httpx.get(f"{cli.url}/debug/snapshot", timeout=10.0).json()
     assert sorted(r["runtime_ref"] for r in snapshot["runtimes"]) == expected_refs
     got = cli.prom.values(

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from app.sim.truth import TruthSnapshot
 from app.trainer.kinds import TRAINJOBS
+from kubesim.trainer.truth import TruthSnapshot
 from tests.support.fleet import JOB, REPLICA_SETTINGS, Fleet, FleetPrometheus, Killed
 from tests.support.harness import trainjob_manifest
 from tests.support.prom import SCRAPE_INTERVAL_SECONDS, requires_prometheus, wait_for

@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from app.api.models import SnapshotResponse, TerminalPage
-from app.sim.cluster import SimulatedCluster
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+from kubesim.trainer.cluster import SimulatedCluster
 from tests.support.harness import (
     Replica,
     cluster_ref,

@@ -7,7 +7,7 @@ minute-to-days buckets. The shapes include what the Trainer controller reads in 
 wrong: CPU-only resourcesPerNode on GPU runtimes (merged, the GPUs stay), MIG slices, TPUs, Gaudi, Neuron
 and two accelerator classes on one job, runtimes without an mlPolicy (their template's parallelism is the
 node count), pods active but not ready (pending, not running), and failure reasons upstream does not list.
-``app/sim/truth.py`` derives what the metrics should say from the objects written,
+``sim/kubesim/trainer/truth.py`` derives what the metrics should say from the objects written,
 independently of ``app/trainer``. The comparison window starts once the service has synced (jobs that
 existed before are the initial list: never counted created) and ends once every informer cache equals the
 store; over it, every counter and histogram count/sum, by its labels, must equal the truth's delta, and
@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 
 from app.metrics.trainer_metrics import ACCELERATOR_BUCKETS, LIFETIME_BUCKETS, NODES_BUCKETS, STARTUP_BUCKETS
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
 from app.trainer.kinds import TRAINJOBS
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
 from tests.support.harness import (
     ACCELERATORS,
     CREATED,

@@ -30,9 +30,9 @@ import pytest
 
 from app.handover.watermarks import WATERMARK_ANNOTATION
 from app.kube.microtime import parse_microtime
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
-from app.sim.truth import TruthSnapshot
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.truth import TruthSnapshot
 from tests.support.harness import (
     FAST_TIMINGS,
     STEADY_TIMINGS,

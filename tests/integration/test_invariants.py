@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
 from tests.support.harness import (
     ACCELERATORS,
     CREATED,

@@ -28,11 +28,11 @@ import pytest
 
 from app.handover.watermarks import WATERMARK_ANNOTATION, parse_watermarks
 from app.kube.microtime import format_microtime, parse_microtime
-from app.kube.resources import LEASES
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
-from app.sim.truth import TruthSnapshot
-from app.trainer.kinds import TRAINJOBS
+from kubesim.apiserver.core import LEASES
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.kinds import TRAINJOBS
+from kubesim.trainer.truth import TruthSnapshot
 from tests.support.harness import (
     STEADY_TIMINGS,
     ExporterSampler,

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
-from app.sim.truth import classify, parse_time, runtime_ref_of
 from app.trainer.kinds import TRAINJOBS
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.truth import classify, parse_time, runtime_ref_of
 from tests.support.harness import Replica, Samples, replica, wait_caught_up
 from tests.support.waiting import eventually
 

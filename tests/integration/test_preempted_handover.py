@@ -19,10 +19,10 @@ import pytest
 from app.handover import lease_payload
 from app.handover.history import parse_history
 from app.kube.resources import LEASES
-from app.service import Service
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
+from app.replica.service import Service
 from app.trainer.events import JobAdmitted, JobStarted
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
 from tests.support.harness import Fleet
 from tests.support.waiting import eventually
 

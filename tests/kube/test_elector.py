@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from app.kube.elector import ElectorConfig, LeaseElector
+from app.kube.elector import LeaseElector
+from app.kube.elector_api import ElectorConfig
 from app.kube.lease import LeaseRecord, MalformedLease, parse_lease
 from app.kube.microtime import format_microtime, parse_microtime
 from tests.support.election import Timeline

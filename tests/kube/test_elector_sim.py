@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 
 from app.kube.client import KubeClient
-from app.kube.elector import ElectorConfig, LeaseElector
+from app.kube.elector import LeaseElector
+from app.kube.elector_api import ElectorConfig
 from app.kube.lease import KubeLeaseClient, LeaseRecord, parse_lease
 from app.kube.microtime import parse_microtime
 from app.kube.resources import LEASES
-from app.sim.cluster import SimulatedCluster
-from app.sim.status import StoreError
-from app.sim.store import Store
+from kubesim.apiserver.status import StoreError
+from kubesim.apiserver.storage.store import Store
+from kubesim.trainer.cluster import SimulatedCluster
 from tests.support.election import Timeline  # loop time, which is time.monotonic() here
 
 NS, NAME = "monitoring", "trainer-metrics"

@@ -13,8 +13,8 @@ import pytest
 from app.kube.client import KubeClient
 from app.kube.informer import Informer
 from app.kube.informer_telemetry import InformerTelemetry
-from app.sim.cluster import SimulatedCluster
 from app.trainer.kinds import TRAINJOBS
+from kubesim.trainer.cluster import SimulatedCluster
 from tests.support.informer_fakes import Recorder
 from tests.support.informer_sim_env import OPTS, Env, informer_env, job, options
 from tests.support.kubeconfig import write_kubeconfig

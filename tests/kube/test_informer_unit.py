@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from app.informer_options import informer_options
 from app.kube.backoff import Backoff
 from app.kube.client import ApiError
 from app.kube.decode import Decoder
@@ -19,6 +18,7 @@ from app.kube.informer_telemetry import InformerTelemetry
 from app.kube.ingest import watch_error_stop
 from app.kube.reflector import api_error_stop
 from app.kube.resources import ResourceKind
+from app.replica.informer_options import informer_options
 from tests.support.informer_fakes import (
     THINGS,
     FakeClient,

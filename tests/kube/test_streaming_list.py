@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry
 from app.kube.client import KubeClient
 from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
-from app.sim.cluster import SimulatedCluster
 from app.trainer.kinds import TRAINJOBS
+from kubesim.trainer.cluster import SimulatedCluster
 from tests.support.informer_fakes import Projector, Recorder
 from tests.support.informer_sim_env import Env, informer_env, job, options
 from tests.support.waiting import eventually

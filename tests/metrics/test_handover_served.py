@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 import uvicorn
 
-from app.graceful import HandOverOnExit
 from app.handover.journal import CountJournal
 from app.handover.served import ServedLedger
 from app.metrics.trainer_metrics import TrainerMetricState
+from app.serving.graceful import HandOverOnExit
 from app.trainer.events import CountableEvent
 
 from .helpers import created, finished
@@ -188,8 +188,8 @@ class _FakeService:
 
 
 async def test_the_first_sigterm_hands_over_before_the_server_shuts_down() -> None:
-    """app/graceful.py: uvicorn would stop serving at once; the first signal runs Service.hand_over() with
-    the server still up, and only then lets uvicorn exit (re-raising the signal at the end, as usual); a
+    """app/serving/graceful.py: uvicorn would stop serving at once; the first signal runs Service.hand_over()
+    with the server still up, and only then lets uvicorn exit (re-raising the signal at the end, as usual); a
     second signal during the wait exits at once."""
 
     class Server(HandOverOnExit, uvicorn.Server):

@@ -19,8 +19,8 @@ from app.api.auth import BearerAuth, KubeReviewer
 from app.api.models import LeadershipResponse, SnapshotResponse, TerminalPage
 from app.api.routes import install_routes
 from app.kube.client import KubeClient
-from app.sim.authn import TokenRegistry, install_auth_routes
-from app.sim.kubeconfig import write_kubeconfig
+from kubesim.apiserver.http.authn import TokenRegistry, install_auth_routes
+from kubesim.apiserver.http.kubeconfig import write_kubeconfig
 
 PROM_TOKEN = "prom-token"  # allowed /metrics
 ALICE_TOKEN = "alice-token"  # authenticated, no permission

@@ -1,4 +1,5 @@
-"""BearerAuth + KubeReviewer against TokenReview/SubjectAccessReview served by app.sim.authn."""
+"""BearerAuth + KubeReviewer against TokenReview/SubjectAccessReview served by
+kubesim.apiserver.http.authn."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from app.api.auth import (
 from app.api.routes import install_routes
 from app.config import Settings
 from app.kube.client import KubeClient
-from app.sim.authn import TokenRegistry
+from kubesim.apiserver.http.authn import TokenRegistry
 
 from .conftest import (
     ALICE_TOKEN,

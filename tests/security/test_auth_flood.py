@@ -1,5 +1,5 @@
 """Bearer-token auth under a flood of random tokens, against the simulated cluster's TokenReview and
-SubjectAccessReview (app/sim/authn.py behind an aiohttp API server that can be made slow).
+SubjectAccessReview (sim/kubesim/apiserver/http/authn.py behind an aiohttp API server that can be made slow).
 
 Every random token is a cache miss, so without limits each request would cost the API server a review.
 The reviewer bounds that (a review budget per client address and overall, then a bounded wait for a review
@@ -25,7 +25,7 @@ from fastapi import FastAPI
 
 from app.api.auth import AuthTelemetry, KubeReviewer, ReviewLimiter
 from app.kube.client import KubeClient
-from app.sim.authn import TokenRegistry, install_auth_routes
+from kubesim.apiserver.http.authn import TokenRegistry, install_auth_routes
 
 from .conftest import PROM_TOKEN, SERVICE_TOKEN, bearer, connect, make_registry, protected_app
 

@@ -1,4 +1,4 @@
-"""The HTTP server's connection guard (app/server.py), in process, against a real loopback listener.
+"""The HTTP server's connection guard (app/serving/server.py), in process, against a real loopback listener.
 
 Each test runs ``HttpServer`` (uvicorn with the guard) around a tiny app and drives raw sockets at it from
 several loopback addresses (127.0.0.x: one per "host"), checking what the guard promises: deadlines on the
@@ -28,17 +28,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from app.clientaddr import client_key
 from app.config import Settings
-from app.server import (
-    FD_RESERVE,
-    PROBE_MAX_CONNECTIONS,
-    ConnectionTelemetry,
-    HttpServer,
-    Limits,
-    ServerStartError,
-)
-from app.tls import CertificateReloader
+from app.serving.clientaddr import client_key
+from app.serving.limits import FD_RESERVE, PROBE_MAX_CONNECTIONS, Limits, ServerStartError
+from app.serving.server import HttpServer
+from app.serving.telemetry import ConnectionTelemetry
+from app.serving.tls import CertificateReloader
 from tests.support.waiting import eventually
 
 from .conftest import OPENSSL, make_cert
@@ -176,7 +171,7 @@ def test_file_limit_is_raised_to_the_hard_limit() -> None:
     code = textwrap.dedent(
         """
         import resource
-        from app.server import raise_file_limit
+        from app.serving.server import raise_file_limit
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, min(hard, 4096)))
         print(raise_file_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
@@ -373,7 +368,7 @@ async def test_connection_telemetry() -> None:
 _OUT_OF_FILES = textwrap.dedent(
     """
     import asyncio, json, logging, os, resource, sys, time
-    from app.server import ConnectionGuard, bind_listener, bounded_loop_errors
+    from app.serving.server import ConnectionGuard, bind_listener, bounded_loop_errors
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 

@@ -11,8 +11,8 @@ import httpx
 
 from app.config import Settings
 from app.main import create_app
-from app.sim.authn import install_auth_routes
-from app.sim.cluster import SimulatedCluster
+from kubesim.apiserver.http.authn import install_auth_routes
+from kubesim.trainer.cluster import SimulatedCluster
 
 from .conftest import ALICE_TOKEN, PROM_TOKEN, SERVICE_TOKEN, bearer, make_registry
 

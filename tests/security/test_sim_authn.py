@@ -1,4 +1,5 @@
-"""app.sim.authn: TokenReview / SubjectAccessReview wire shapes, validation, RBAC-style matching, and the
+"""kubesim.apiserver.http.authn: TokenReview / SubjectAccessReview wire shapes, validation, RBAC-style
+matching, and the
 whole chain through the real SimulatedCluster (routes installed on its SimServer before it starts)."""
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import pytest
 
 from app.api.auth import KubeReviewer
 from app.kube.client import KubeClient
-from app.sim.authn import (
+from kubesim.apiserver.http.authn import (
     SUBJECT_ACCESS_REVIEW_PATH,
     TOKEN_REVIEW_PATH,
     TokenRegistry,
     install_auth_routes,
     non_resource_url_matches,
 )
-from app.sim.cluster import SimulatedCluster
+from kubesim.trainer.cluster import SimulatedCluster
 
 from .conftest import (
     ALICE_TOKEN,

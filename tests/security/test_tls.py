@@ -1,4 +1,4 @@
-"""app.tls: HTTPS through a real uvicorn server, certificate rotation by symlink swap, bad files."""
+"""app.serving.tls: HTTPS through a real uvicorn server, certificate rotation by symlink swap, bad files."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from app.api.auth import KubeReviewer
 from app.config import Settings
-from app.tls import (
+from app.serving.tls import (
     CertificateReloader,
     TLSConfigError,
     load_tls,
@@ -177,7 +177,7 @@ async def test_bad_new_pair_is_logged_and_old_one_kept(
     volume.publish_pair(first)
     tls = CertificateReloader(str(volume.cert), str(volume.key), interval=0.05)
     async with serve_https(tiny_app(), tls) as port:
-        caplog.set_level(logging.WARNING, logger="app.tls")
+        caplog.set_level(logging.WARNING, logger="app.serving.tls")
         # Half-rotated: new certificate, old key.
         volume.publish(second.cert.read_bytes(), first.key.read_bytes())
         deadline = time.monotonic() + 5
@@ -317,7 +317,7 @@ async def test_vanished_files_are_logged_once(tmp_path: Path, caplog: pytest.Log
     pair = make_cert(tmp_path / "c", serial=5)
     tls = CertificateReloader(str(pair.cert), str(pair.key))
     pair.cert.unlink()
-    caplog.set_level(logging.WARNING, logger="app.tls")
+    caplog.set_level(logging.WARNING, logger="app.serving.tls")
     for _ in range(3):
         assert await tls.check() is False
     assert tls.failures == 3

@@ -9,7 +9,7 @@ import pytest
 
 from app.cli import main as cli_main
 from app.config import ENV_PREFIX, SIM_ENV_PREFIX, Settings, SettingsError, load_settings, unknown_env_vars
-from app.sim.settings import SimSettings
+from kubesim.trainer.settings import SimSettings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

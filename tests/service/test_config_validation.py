@@ -12,7 +12,7 @@ import pytest
 
 from app.cli import main as cli_main
 from app.config import ENV_PREFIX, Settings
-from app.preflight import check_kube_access
+from app.replica.preflight import check_kube_access
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from app.service import Service
+from app.replica.service import Service
 from tests.support.waiting import eventually
 
 

@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry
 from app.config import Settings
 from app.kube.client import KubeClient
 from app.main import create_app
-from app.namespaces import NamespaceCheck
-from app.sim.cluster import SimulatedCluster
-from app.sim.kubeconfig import write_kubeconfig
+from app.replica.namespaces import NamespaceCheck
+from kubesim.apiserver.http.kubeconfig import write_kubeconfig
+from kubesim.trainer.cluster import SimulatedCluster
 from tests.support.waiting import eventually
 
 
@@ -74,7 +74,7 @@ async def test_missing_namespace_is_logged_and_exported(
 
     settings = Settings(namespaces=["team-a", "team-typo"], leader_election=False)
     app = create_app(settings, cluster=cluster)
-    caplog.set_level(logging.INFO, logger="app.namespaces")
+    caplog.set_level(logging.INFO, logger="app.replica.namespaces")
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://exporter") as http,
@@ -118,7 +118,7 @@ async def check_against(
 async def test_namespace_created_later_is_reported_found(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="app.namespaces")
+    caplog.set_level(logging.INFO, logger="app.replica.namespaces")
     namespaces = Namespaces(set())
     async with check_against(namespaces, ["late"], tmp_path) as check:
         await check.check()
@@ -150,7 +150,7 @@ async def test_no_conclusion_without_the_api_or_the_permission(
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    caplog.set_level(logging.INFO, logger="app.namespaces")
+    caplog.set_level(logging.INFO, logger="app.replica.namespaces")
     try:
         url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         client = await KubeClient.connect(str(write_kubeconfig(tmp_path / "kubeconfig", url, token="t")))

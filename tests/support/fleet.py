@@ -2,8 +2,8 @@
 cluster with a seeded workload generator, all on an event loop in a background thread; and a real
 Prometheus scraping every replica slot (pre-allocated ports: a slot not running is a target that is down).
 
-A replica is the app ``trainer-metrics`` runs (``create_app`` served by uvicorn, lifespan on), stopped the
-way Kubernetes stops a pod: ``graceful_stop`` is SIGTERM (app/graceful.py: hand over while still serving,
+A replica is the app ``trainer-metrics`` runs (``create_app`` served by uvicorn, lifespan on), stopped the way
+Kubernetes stops a pod: ``graceful_stop`` is SIGTERM (app/serving/graceful.py: hand over while still serving,
 then shut down and release the Lease), ``kill`` a crash (no hand-over, no release). Each replica gets a new
 identity (a pod name) and its own ``pod`` target label, as a Deployment's pods do."""
 
@@ -24,18 +24,18 @@ import uvicorn
 from fastapi import FastAPI
 
 from app.config import Settings
-from app.graceful import HandOverOnExit
 from app.handover.watermarks import WATERMARK_ANNOTATION, parse_watermarks
-from app.kube.resources import LEASES
 from app.main import create_app
-from app.service import Service
-from app.sim.cluster import SimulatedCluster
-from app.sim.generator import WorkloadGenerator
-from app.sim.status import StoreError
-from app.sim.table import WatchEvent
-from app.sim.truth import TruthSnapshot
+from app.replica.service import Service
+from app.serving.graceful import HandOverOnExit
 from app.trainer.events import CountableEvent
-from app.trainer.kinds import TRAINJOBS
+from kubesim.apiserver.core import LEASES
+from kubesim.apiserver.status import StoreError
+from kubesim.apiserver.storage.table import WatchEvent
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.kinds import TRAINJOBS
+from kubesim.trainer.truth import TruthSnapshot
 from tests.support.prom import Prometheus, free_port
 from tests.support.waiting import eventually
 

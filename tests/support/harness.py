@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import Settings
 from app.main import create_app
-from app.service import Service
+from app.replica.service import Service
 from tests.support.waiting import eventually
 
 FAST_TIMINGS: dict[str, Any] = {

@@ -15,8 +15,8 @@ import pytest
 from app.kube.client import KubeClient
 from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
-from app.sim.cluster import SimulatedCluster
 from app.trainer.kinds import TRAINJOBS
+from kubesim.trainer.cluster import SimulatedCluster
 from tests.support.informer_fakes import Projector, Recorder
 from tests.support.waiting import eventually
 

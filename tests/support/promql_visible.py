@@ -5,7 +5,7 @@ and a drop (a counter reset) as its new value; the first sample of a series coun
 reads the raw samples (``/api/v1/query`` of ``metric[range]``: staleness markers are not samples) and adds
 those increments up over every series of every replica, by the labels of the metric's own (the target's
 ``pod``/``instance`` differ per replica and term, and are summed over). The tests compare that with the
-simulated cluster's ground truth (app/sim/truth.py): it is what a user of PromQL can ever get out.
+simulated cluster's ground truth (sim/kubesim/trainer/truth.py): it is what a user of PromQL can ever get out.
 
 Used by tests/e2e/test_promql_exact.py and, over its whole run, by the chaos soak (tests/chaos/soak.py).
 """
@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.sim.truth import TruthSnapshot
 from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobStarted
+from kubesim.trainer.truth import TruthSnapshot
 
 __all__ = [
     "COUNTED",

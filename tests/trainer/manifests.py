@@ -1,4 +1,4 @@
-"""The real Kubeflow Trainer manifests vendored in app/sim/data, as JSON-ready objects.
+"""The real Kubeflow Trainer manifests vendored in sim/kubesim/trainer/data, as JSON-ready objects.
 
 The examples are what a user applies, so they lack server-set metadata; ``stored`` adds what the
 apiserver would (uid, namespace, resourceVersion, creationTimestamp) without touching the spec, so
@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import copy
 import uuid
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
 
-import app.sim
 from app.trainer.projections import RuntimeProjection
 from app.trainer.projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TRAINING_RUNTIME_PROJECTOR
+from kubesim.trainer.manifests import DATA_DIR
 
-DATA = Path(app.sim.__file__).parent / "data"
+DATA = DATA_DIR
 
 
 def _documents() -> list[tuple[str, dict[str, Any]]]:

@@ -1,4 +1,4 @@
-"""Projections of every TrainJob and runtime in app/sim/data, through both decoding paths."""
+"""Projections of every TrainJob and runtime in sim/kubesim/trainer/data, through both decoding paths."""
 
 from __future__ import annotations
 

@@ -19,10 +19,10 @@ from app.api.auth.decision import UNAUTHORIZED, Decision, Reviewer
 from app.api.auth.reviewer import LazyKubeReviewer
 from app.api.auth.telemetry import AuthTelemetry
 from app.api.deps import running_service
-from app.clientaddr import client_key
 from app.config import Settings
-from app.extra_telemetry import register_collector
 from app.kube.client import KubeClient
+from app.replica.extra_telemetry import register_collector
+from app.serving.clientaddr import client_key
 
 # The API docs are protected with /debug: they describe the debug endpoints, and an open /docs would tell a
 # caller without a token what to try.

@@ -1,0 +1,80 @@
+"""Run the simulated cluster standalone: ``python -m kubesim --port 6443 --kubeconfig out.yaml --jobs N``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+
+from kubesim.trainer.cluster import SimulatedCluster
+from kubesim.trainer.generator import WorkloadGenerator
+
+log = logging.getLogger("kubesim")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m kubesim", description="Simulated Kubernetes API")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=6443, help="0 picks a free port")
+    p.add_argument("--kubeconfig", default=None, help="write a kubeconfig for the cluster here")
+    p.add_argument("--token", default=None, help="require this bearer token")
+    p.add_argument("--jobs", type=int, default=0, help="TrainJobs to create up front (and keep alive)")
+    p.add_argument("--rate", type=float, default=0.0, help="generator steps per second after populating")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--history-window", type=int, default=10_000)
+    p.add_argument("--bookmark-interval", type=float, default=60.0)
+    p.add_argument(
+        "--namespace", action="append", default=[], help="create this namespace at start (repeatable)"
+    )
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+async def serve(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with SimulatedCluster(
+        args.host,
+        args.port,
+        history_window=args.history_window,
+        bookmark_interval=args.bookmark_interval,
+        token=args.token,
+        auto_namespaces=False,  # a standalone cluster answers any client as a real one: 404 for those
+        namespaces=tuple(args.namespace),
+    ) as sim:
+        generator = WorkloadGenerator(sim.store, seed=args.seed, max_jobs=max(args.jobs, 1))
+        generator.load_runtimes()
+        if args.jobs:
+            generator.populate(args.jobs)
+        if args.kubeconfig:
+            sim.write_kubeconfig(args.kubeconfig)
+        log.info(
+            "simulated cluster at %s (resourceVersion %d%s)%s",
+            sim.url,
+            sim.store.resource_version,
+            f", kubeconfig {args.kubeconfig}" if args.kubeconfig else "",
+            "; Ctrl-C to stop",
+        )
+        runner = None
+        if args.rate > 0:
+            runner = asyncio.create_task(generator.run(args.rate, stop))
+        await stop.wait()
+        if runner is not None:
+            await runner
+        log.info("stopping simulated cluster")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=args.log_level.upper(), format=fmt)
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Workload generator for the simulated cluster: creates runtimes and TrainJobs in a Store and drives the
+TrainJobs through suspend, admission, running, completion, failure and deletion with the status writes
+the Trainer controller makes (docs/design/trainer-domain.md §1-§2), while keeping an independent ground truth
+(``sim/kubesim/trainer/truth.py``) of what the exporter's metrics should report.
+
+Everything random comes from one ``random.Random(seed)``, so a seed replays the same sequence of writes
+against an empty store. Timestamps come from ``clock`` (wall time unless a test injects one).
+
+``WorkloadGenerator`` stacks one layer per job, each in its own module: ``gen_writes`` (every write and the
+truth and bookkeeping that follow it), ``gen_actions`` (the lifecycle transitions), ``gen_drivers`` (when to
+make which transition; bulk populate); beside them ``gen_population`` (live job records by phase),
+``gen_runtimes`` (the runtime mix) and ``gen_adversarial`` (odd but valid writes). This module builds the
+state they share and re-exports their public names, so ``from kubesim.trainer.generator import ...`` keeps
+working.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+from kubesim.apiserver.storage.store import Store
+from kubesim.trainer import shapes
+from kubesim.trainer.gen_actions import (
+    COMPLETE,
+    COMPLETE_AND_FAILED,
+    LAST_RFC3339_SECOND,
+    NOT_SUPPORTED,
+    OUTCOMES,
+    WAITING_FOR_CAPACITY,
+)
+from kubesim.trainer.gen_adversarial import HUGE_ANNOTATION_BYTES, MAX_HUGE_JOBS
+from kubesim.trainer.gen_drivers import Action, Drivers
+from kubesim.trainer.gen_population import (
+    COOLING,
+    DELETING,
+    FINISHED,
+    PENDING,
+    PHASES,
+    RUNNING,
+    SUSPENDED,
+    JobRecord,
+    PhaseBucket,
+    Population,
+)
+from kubesim.trainer.gen_runtimes import RuntimeCatalog
+from kubesim.trainer.gen_writes import GENERATOR_WRITES, StoreLike
+from kubesim.trainer.kinds import TRAINJOBS
+from kubesim.trainer.shapes import RuntimeChoice, WeightedPicker
+from kubesim.trainer.truth import Truth, TruthSnapshot
+
+__all__ = [
+    "COMPLETE",
+    "COMPLETE_AND_FAILED",
+    "COOLING",
+    "DELETING",
+    "FINISHED",
+    "GENERATOR_WRITES",
+    "HUGE_ANNOTATION_BYTES",
+    "LAST_RFC3339_SECOND",
+    "MAX_HUGE_JOBS",
+    "NOT_SUPPORTED",
+    "OUTCOMES",
+    "PENDING",
+    "PHASES",
+    "RUNNING",
+    "SUSPENDED",
+    "WAITING_FOR_CAPACITY",
+    "Action",
+    "JobRecord",
+    "PhaseBucket",
+    "StoreLike",
+    "WorkloadGenerator",
+]
+
+
+class WorkloadGenerator(Drivers):
+    """Creates and drives Trainer objects in ``store``; ``truth`` says what the metrics should show."""
+
+    def __init__(
+        self,
+        store: StoreLike,
+        *,
+        seed: int | None = None,
+        namespaces: int = 5,
+        max_jobs: int = 1000,
+        suspend_ratio: float = 0.2,
+        finalizer_ratio: float = 0.15,
+        malformed_ratio: float = 0.0,
+        time_warp: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        min_delete_age: float = 0.0,
+    ) -> None:
+        """``max_jobs`` bounds the live population step() keeps; ``time_warp`` stretches lifetimes
+        (terminal lastTransitionTime = creation + elapsed * warp) so a short run fills minute-to-day
+        histogram buckets; ``malformed_ratio`` is the share of creates and status writes made odd.
+
+        ``min_delete_age`` (seconds of ``clock``): step() deletes a finished TrainJob only once it has been
+        finished that long, and cancels (deletes) an unfinished one only once it exists that long, as on a
+        real cluster where finished jobs stay for minutes to days (a TTL, a user, a pipeline cleaning up).
+        0 (the default) deletes at once. A job created, finished and deleted within one relist gap of a
+        list+watch client is invisible to it; this bounds how short-lived the generated jobs are.
+        ``lifecycles()`` ignores it (its driver deletes when the lifecycle ends)."""
+        self.store = store
+        self._direct = store if isinstance(store, Store) else None
+        self.rng = random.Random(seed)
+        self.namespaces = shapes.namespace_names(max(1, namespaces))
+        self.max_jobs = max_jobs
+        self.suspend_ratio = suspend_ratio
+        self.finalizer_ratio = finalizer_ratio
+        self.malformed_ratio = malformed_ratio
+        self.time_warp = time_warp
+        self.clock = clock
+        self.truth = Truth(clock=clock)
+        self.catalog = RuntimeCatalog()
+        self.population = Population(clock, min_delete_age)
+        # The population's own containers, under the names callers (tests, the chaos soak) read.
+        self.jobs: dict[str, JobRecord] = self.population.jobs  # uid -> live record
+        self.buckets: dict[str, PhaseBucket] = self.population.buckets
+        self.steps = 0
+        self._outcomes = WeightedPicker([o for o, _ in OUTCOMES], [w for _, w in OUTCOMES])
+        failures = [(o, w) for o, w in OUTCOMES if o != COMPLETE]
+        self._failures = WeightedPicker([o for o, _ in failures], [w for _, w in failures])
+        self._populate_targets = WeightedPicker(
+            [SUSPENDED, PENDING, RUNNING, COMPLETE, "failed"], [8.0, 12.0, 25.0, 45.0, 10.0]
+        )
+        self._salt = "".join(self.rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3))
+        self._sequence = 0
+        self._huge_jobs = 0
+
+    @property
+    def runtimes(self) -> list[RuntimeChoice]:
+        """The runtimes TrainJobs may reference (empty until load_runtimes(), which step() calls first)."""
+        return self.catalog.runtimes
+
+    @property
+    def min_delete_age(self) -> float:
+        return self.population.min_delete_age
+
+    def reconcile(self) -> int:
+        """Forget the jobs deleted behind the generator's back (by a test, or a client of the simulated
+        API), so the truth matches the store again. Returns how many were forgotten."""
+        live = {str(obj["metadata"].get("uid")) for obj in self.store.list(TRAINJOBS, None)[0]}
+        gone = [rec for uid, rec in self.jobs.items() if uid not in live]
+        for rec in gone:
+            self._forget(rec)
+        return len(gone)
+
+    def snapshot(self) -> TruthSnapshot:
+        """The truth now, stamped with the store's current resourceVersion."""
+        return self.truth.snapshot(self.store.resource_version)

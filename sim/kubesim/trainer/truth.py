@@ -1,0 +1,251 @@
+"""Ground truth for the workload generator: what the exporter's Trainer metrics should say.
+
+Deliberately written from the design documents (docs/design/product.md §3,
+docs/design/trainer-domain.md §1-§3), NOT by importing ``app/trainer``: a test that compares the service
+against this module then checks two independent readings of the same rules instead of the service's code
+against itself.
+
+The generator feeds every object the store returns from its writes into ``Truth``; the truth then derives
+everything from those stored objects, so what it counts is exactly what a watcher of the store can see.
+
+The rules live in ``truth_rules`` (states, refs, times) and ``truth_resources`` (nodes, accelerators,
+quantities), the records in ``truth_records``; this module keeps the running tally and re-exports them, so
+``from kubesim.trainer.truth import ...`` keeps working.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from kubesim.trainer.truth_records import (
+    AdmittedJob,
+    CreatedKey,
+    FinishedJob,
+    FinishedKey,
+    JobRequest,
+    JobsKey,
+    StartedJob,
+    TruthSnapshot,
+)
+from kubesim.trainer.truth_resources import (
+    ACCELERATOR_PATTERNS,
+    MAX_ACCELERATOR_CLASSES,
+    NO_ACCELERATOR,
+    Quantities,
+    RuntimeFacts,
+    is_accelerator,
+    parse_quantity,
+    quantities,
+    quantity_value,
+    requested_accelerators,
+    requested_nodes,
+    runtime_facts,
+)
+from kubesim.trainer.truth_rules import (
+    CLUSTER_TRAINING_RUNTIME,
+    FAILURE_REASONS,
+    JOB_STATES,
+    MAX_REASON_LENGTH,
+    MAX_REASON_NAMES,
+    RUNTIME_KINDS,
+    TRAINER_GROUP,
+    TRAINING_RUNTIME,
+    UNKNOWN_REF,
+    RuntimeKey,
+    as_dict,
+    classify,
+    job_state,
+    lifetime_of,
+    parse_time,
+    reason_label,
+    resumed_condition,
+    runtime_key_of,
+    runtime_ref_of,
+    since_creation,
+    terminal_of,
+)
+
+__all__ = [
+    "ACCELERATOR_PATTERNS",
+    "CLUSTER_TRAINING_RUNTIME",
+    "FAILURE_REASONS",
+    "JOB_STATES",
+    "MAX_ACCELERATOR_CLASSES",
+    "MAX_REASON_LENGTH",
+    "MAX_REASON_NAMES",
+    "NO_ACCELERATOR",
+    "RUNTIME_KINDS",
+    "TRAINER_GROUP",
+    "TRAINING_RUNTIME",
+    "UNKNOWN_REF",
+    "AdmittedJob",
+    "CreatedKey",
+    "FinishedJob",
+    "FinishedKey",
+    "JobRequest",
+    "JobsKey",
+    "Quantities",
+    "RuntimeFacts",
+    "RuntimeKey",
+    "StartedJob",
+    "Truth",
+    "TruthSnapshot",
+    "classify",
+    "is_accelerator",
+    "job_state",
+    "lifetime_of",
+    "parse_quantity",
+    "parse_time",
+    "quantities",
+    "quantity_value",
+    "reason_label",
+    "recount_jobs",
+    "requested_accelerators",
+    "requested_nodes",
+    "resumed_condition",
+    "runtime_facts",
+    "runtime_key_of",
+    "runtime_ref_of",
+    "since_creation",
+    "terminal_of",
+]
+
+
+class Truth:
+    """Counts derived from the objects the generator wrote; independent of the service's rules code."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """``clock``: the writer's wall clock (epoch seconds), read at each write to time the first running
+        state (nothing in a TrainJob records when its pods became ready)."""
+        self.clock = clock
+        self.started: dict[str, StartedJob] = {}
+        self.admitted: dict[str, AdmittedJob] = {}
+        self.runtimes: dict[RuntimeKey, RuntimeFacts] = {}
+        self.created: Counter[CreatedKey] = Counter()
+        self.finished: Counter[FinishedKey] = Counter()
+        self.jobs: Counter[JobsKey] = Counter()
+        self.requests: dict[str, JobRequest] = {}
+        self.accelerator_observations: Counter[str] = Counter()  # by runtime_ref; never pruned
+        self.terminal: dict[str, FinishedJob] = {}
+        self._current: dict[str, JobsKey] = {}  # uid -> gauge key of the job as last written
+        self._refs: dict[str, str] = {}  # uid -> runtime_ref of a live job
+        self.resource_version = 0
+
+    # -- runtimes --------------------------------------------------------------------------------------
+    def runtime_written(self, runtime: Mapping[str, Any]) -> None:
+        self.runtimes[runtime_key_of(runtime)] = runtime_facts(runtime)
+
+    def runtime_deleted(self, runtime: Mapping[str, Any]) -> None:
+        self.runtimes.pop(runtime_key_of(runtime), None)
+
+    # -- TrainJobs -------------------------------------------------------------------------------------
+    def job_created(self, job: Mapping[str, Any], *, malformed: bool = False) -> None:
+        """A TrainJob create returned ``job``: count it created and note what it requests."""
+        meta = as_dict(job.get("metadata"))
+        uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", ""))
+        ref, key = runtime_ref_of(job)
+        runtime = self.runtimes.get(key) if key is not None else None
+        nodes = requested_nodes(job, runtime)
+        self.created[(namespace, ref)] += 1
+        accelerators = requested_accelerators(job, runtime, nodes)
+        self.accelerator_observations[ref] += len(accelerators)
+        self.requests[uid] = JobRequest(
+            namespace, str(meta.get("name", "")), ref, nodes, accelerators, malformed
+        )
+        self._refs[uid] = ref
+        self.job_written(job)
+
+    def job_written(self, job: Mapping[str, Any]) -> None:
+        """Any write returned ``job`` (create, spec patch, status write, delete that left it in place)."""
+        meta = as_dict(job.get("metadata"))
+        uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", ""))
+        self._note_rv(meta)
+        ref = self._refs.get(uid)
+        if ref is None:  # not created through us: still count its state
+            ref = self._refs[uid] = runtime_ref_of(job)[0]
+        state, terminal = classify(job)
+        if terminal is None:
+            self._first_running_or_admitted(job, uid, namespace, ref, state)
+        if terminal is not None and uid not in self.terminal:
+            result, reason, condition = terminal
+            self.finished[(result, reason, ref)] += 1
+            self.terminal[uid] = FinishedJob(
+                namespace,
+                str(meta.get("name", "")),
+                result,
+                reason,
+                ref,
+                lifetime_of(job, condition),
+                self.resource_version,
+            )
+        self._move(uid, (namespace, ref, state))
+
+    def _first_running_or_admitted(
+        self, job: Mapping[str, Any], uid: str, namespace: str, ref: str, state: str
+    ) -> None:
+        """docs/design/product.md §3, time to running: an admission (the Resumed condition) counts only before
+        the job first ran, and each of the two at most once per job."""
+        name = str(as_dict(job.get("metadata")).get("name", ""))
+        if uid not in self.admitted and uid not in self.started:
+            resumed = resumed_condition(job)
+            if resumed is not None:
+                wait = since_creation(job, parse_time(resumed.get("lastTransitionTime")))
+                if wait is not None:
+                    self.admitted[uid] = AdmittedJob(namespace, name, ref, wait, self.resource_version)
+        if state == "running" and uid not in self.started:
+            startup = since_creation(job, self.clock())
+            if startup is not None:
+                self.started[uid] = StartedJob(namespace, name, ref, startup, self.resource_version)
+
+    def job_deleted(self, uid: str, resource_version: int = 0) -> None:
+        """The TrainJob ``uid`` is gone from the store."""
+        self.resource_version = max(self.resource_version, resource_version)
+        self._refs.pop(uid, None)
+        self._move(uid, None)
+
+    def _move(self, uid: str, key: JobsKey | None) -> None:
+        old = self._current.pop(uid, None)
+        if old is not None:
+            self.jobs[old] -= 1
+            if not self.jobs[old]:
+                del self.jobs[old]
+        if key is not None:
+            self._current[uid] = key
+            self.jobs[key] += 1
+
+    def _note_rv(self, meta: Mapping[str, Any]) -> None:
+        try:
+            rv = int(meta.get("resourceVersion") or 0)
+        except (TypeError, ValueError):
+            return
+        self.resource_version = max(self.resource_version, rv)
+
+    def state_of(self, uid: str) -> str | None:
+        key = self._current.get(uid)
+        return key[2] if key else None
+
+    def snapshot(self, resource_version: int | None = None) -> TruthSnapshot:
+        return TruthSnapshot(
+            resource_version=self.resource_version if resource_version is None else resource_version,
+            created=MappingProxyType(dict(self.created)),
+            finished=MappingProxyType(dict(self.finished)),
+            jobs=MappingProxyType(dict(self.jobs)),
+            requests=MappingProxyType(dict(self.requests)),
+            terminal=MappingProxyType(dict(self.terminal)),
+            started=MappingProxyType(dict(self.started)),
+            admitted=MappingProxyType(dict(self.admitted)),
+            accelerator_observations=MappingProxyType(dict(self.accelerator_observations)),
+        )
+
+
+def recount_jobs(jobs: Iterable[Mapping[str, Any]]) -> dict[JobsKey, int]:
+    """The trainjobs gauge recomputed from scratch over stored TrainJobs (for consistency checks)."""
+    counts: Counter[JobsKey] = Counter()
+    for job in jobs:
+        namespace = str(as_dict(job.get("metadata")).get("namespace", ""))
+        counts[(namespace, runtime_ref_of(job)[0], classify(job)[0])] += 1
+    return dict(counts)
