@@ -222,8 +222,9 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEFAULT_ACCELERATOR_PATTERNS),
         max_length=MAX_ACCELERATOR_PATTERNS,
         description="Comma-separated resource names counted as accelerators (`accelerator_class` label); "
-        "`*` matches any characters (e.g. `nvidia.com/mig-*`). Default: NVIDIA GPUs and MIG slices, AMD and "
-        "Intel GPUs, Google TPUs, Habana Gaudi, AWS Neuron.",
+        "`*` matches any characters (e.g. `nvidia.com/mig-*`). Default: the device resources of NVIDIA "
+        "GPUs (also shared, and MIG slices), AMD and Intel GPUs, Google TPUs, Habana Gaudi, AWS Neuron. A "
+        "quantity that is not a whole count (`8G`, `500m`) never counts, whatever the pattern.",
     )
     max_accelerator_classes: int = Field(
         default=32,

@@ -22,6 +22,7 @@ from app.trainer.projectors import (
     TRAINJOB_PROJECTOR,
     RuntimeProjector,
 )
+from app.trainer.quantity import NOT_A_COUNT
 from tests.trainer.manifests import by_kind, stored, typed
 
 G = "trainer.kubeflow.org"
@@ -47,9 +48,10 @@ def project_runtime(obj: Any, projector: RuntimeProjector) -> RuntimeProjection:
     return fast
 
 
-GI = 2**30
+# A size is kept, but never as a count of devices (app/trainer/quantity.py device_count).
+SIZE = NOT_A_COUNT
 # The example jobs' CPU/memory resourcesPerNode (examples 02, 03, 05): requests 2 CPU 4Gi, limits 4 CPU 8Gi.
-CPU_2_4: rules.NodeResources = ((("cpu", 2), ("memory", 4 * GI)), (("cpu", 4), ("memory", 8 * GI)))
+CPU_2_4: rules.NodeResources = ((("cpu", 2), ("memory", SIZE)), (("cpu", 4), ("memory", SIZE)))
 
 # (ref, numNodes, resourcesPerNode as kept, state) per example TrainJob
 JOB_EXPECTED: dict[str, tuple[str, int | None, rules.NodeResources | None, str]] = {
@@ -84,7 +86,7 @@ JOB_EXPECTED: dict[str, tuple[str, int | None, rules.NodeResources | None, str]]
     "examples/yaml/04-volcano-integration.yaml:volcano-example": (
         f"{CTR}/torch-distributed-volcano",
         4,
-        ((("cpu", 1), ("memory", 2 * GI)), (("cpu", 2), ("memory", 4 * GI))),
+        ((("cpu", 1), ("memory", SIZE)), (("cpu", 2), ("memory", SIZE))),
         "pending",
     ),
     "examples/yaml/05-multi-step.yaml:multi-step-example": (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.trainer import rules
+from app.trainer.quantity import NOT_A_COUNT
 from app.trainer.wire import Condition
 
 G = "trainer.kubeflow.org"
@@ -78,9 +79,10 @@ def res(requests: dict[str, int] | None = None, limits: dict[str, int] | None = 
 @pytest.mark.parametrize(
     ("requests", "limits", "expected", "malformed"),
     [
-        ({"nvidia.com/gpu": "1", "cpu": "500m"}, None, res({GPU: 1, "cpu": 1}), False),  # rounded up
+        # a share or a size is kept (it overrides when merged) but is never a count of devices
+        ({"nvidia.com/gpu": "1", "cpu": "500m"}, None, res({GPU: 1, "cpu": NOT_A_COUNT}), False),
         (None, {"nvidia.com/gpu": 2}, res(limits={GPU: 2}), False),  # YAML int
-        ({"memory": "4Gi"}, {}, res({"memory": 4 * 2**30}), False),
+        ({"memory": "4Gi"}, {}, res({"memory": NOT_A_COUNT}), False),
         ({"nvidia.com/gpu": "0"}, None, res({GPU: 0}), False),  # kept: a 0 overrides the runtime's GPUs
         # not a Kubernetes resource name or not a quantity: dropped and flagged (never a label value)
         ({"NVIDIA.COM/GPU": "1", "amd.com/gpu": "1"}, None, res({"amd.com/gpu": 1}), True),
@@ -181,6 +183,7 @@ def test_accelerator_patterns() -> None:
     default = rules.DEFAULT_ACCELERATORS
     for name in (
         "nvidia.com/gpu",
+        "nvidia.com/gpu.shared",
         "nvidia.com/mig-1g.10gb",
         "nvidia.com/mig-3g.40gb",
         "amd.com/gpu",
@@ -196,14 +199,14 @@ def test_accelerator_patterns() -> None:
     for name in (
         "cpu",
         "memory",
-        "nvidia.com/gpu.shared",
+        "gpu.intel.com/millicores",  # the device resources only (tests/trainer/test_device_resources.py)
         "example.com/gpu",
         "google.com/tpu-v5",
         "nvidia.com/mig",
     ):
         assert not default(name), name
     custom = rules.AcceleratorMatcher(["*gpu*", "example.com/fpga"])  # #4190's rule, plus an FPGA
-    assert custom("nvidia.com/gpu.shared") and custom("example.com/fpga") and not custom("google.com/tpu")
+    assert custom("gpu.intel.com/tiles") and custom("example.com/fpga") and not custom("google.com/tpu")
     assert not rules.AcceleratorMatcher([])("nvidia.com/gpu")
     assert rules.AcceleratorMatcher(["a.io/x.y"])("a.io/x.y") and not rules.AcceleratorMatcher(["a.io/x.y"])(
         "a.io/xzy"

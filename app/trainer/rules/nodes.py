@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Final
 
-from app.trainer.quantity import accelerator_count
+from app.trainer.quantity import device_count
 from app.trainer.rules.labels import _MAX_MEMO_KEY, _MEMO_MAX, is_resource_name
 
 MAX_NUM_NODES: Final = 2**31 - 1  # numNodes is an int32
@@ -76,8 +76,10 @@ def coerce_count(value: object) -> tuple[int | None, bool]:
 
 # --- per-node resources ---------------------------------------------------------------------------
 
-# A container's resource list as the rules keep it: (resource name, whole units rounded up) pairs sorted
-# by name; only valid resource names with parsable quantities. Requests and limits of one container.
+# A container's resource list as the rules keep it: (resource name, device count) pairs sorted by name; only
+# valid resource names with parsable quantities. A quantity that is not a whole count ("8G", "500m") is kept
+# as quantity.NOT_A_COUNT, never a number of devices, but still there to override the runtime's value of that
+# name when merged. Requests and limits of one container.
 ResourceList = tuple[tuple[str, int], ...]
 NodeResources = tuple[ResourceList, ResourceList]  # (requests, limits)
 NO_RESOURCES: Final[NodeResources] = ((), ())
@@ -197,7 +199,7 @@ def _parse_resource_list(source: object) -> tuple[ResourceList, bool]:
         if not isinstance(name, str) or not is_resource_name(name):
             malformed = True
             continue
-        count = accelerator_count(quantity)
+        count = device_count(quantity)
         if count is None:
             malformed = True
             continue
