@@ -119,7 +119,7 @@ class EventBuilder:
     def created(self, job: TrainJobProjection, since: int) -> JobCreated:
         raw = job.runtime_ref
         runtime = self._refs.by_ref.get(raw)
-        nodes = rules.requested_nodes(job.num_nodes, runtime.default_nodes if runtime is not None else None)
+        nodes = rules.requested_nodes(job.num_nodes, runtime.nodes if runtime is not None else None)
         # The trainer container's resources as the controller builds them (newRuntimeInfo): the runtime's
         # node container, computed once per runtime version, with the job's resourcesPerNode merged in
         # when the controller merges it (memoised per pair). A runtime that never arrived leaves the job's

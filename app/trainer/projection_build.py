@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from app.trainer import rules
 from app.trainer.progress import TrainerProgress
@@ -27,7 +28,14 @@ from app.trainer.projections import (
 )
 from app.trainer.wire import Condition
 
-__all__ = ["build_job", "build_runtime", "job_with_status", "object_key", "runtime_trainer"]
+__all__ = [
+    "RuntimeTrainer",
+    "build_job",
+    "build_runtime",
+    "job_with_status",
+    "object_key",
+    "runtime_trainer",
+]
 
 
 def _str(value: object) -> str | None:
@@ -179,16 +187,20 @@ def build_job(
     )
 
 
-def runtime_trainer(
-    replicated_jobs: Iterable[ReplicatedJobParts], ml_policy_obj: object
-) -> tuple[int, rules.NodeResources, bool, bool]:
-    """(default node count, trainer ``node`` container resources, whether a TrainJob's resourcesPerNode
-    merges into them, malformed) of a runtime's JobSet template, read as the controller reads it
-    (kubeflow/trainer v2.3.0 ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo).
+class RuntimeTrainer(NamedTuple):
+    """What a runtime's JobSet template says of its training step (``runtime_trainer``)."""
 
-    - The node count comes from the controller's trainer PodSet: the first replicated job labelled
-      ancestor ``trainer`` (else, for runtimes without the label, the one named ``node``):
-      rules.runtime_default_nodes.
+    nodes: rules.NodeRule
+    resources: rules.NodeResources  # the trainer ``node`` container's requests and limits
+    merges: bool  # a TrainJob's resourcesPerNode merges into them
+    malformed: bool
+
+
+def runtime_trainer(replicated_jobs: Iterable[ReplicatedJobParts], ml_policy_obj: object) -> RuntimeTrainer:
+    """The training step of a runtime's JobSet template, read as the controller reads it (kubeflow/trainer
+    v2.3.0 ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo and the EnforceMLPolicy plugins).
+
+    - How many nodes train: rules.node_rule over every replicated job's PodSet count.
     - The resources come from the ``node`` container of the first replicated job named ``node`` or
       labelled ancestor ``trainer`` (the controller's own ``ExtractResourcePerNodeFromRuntime`` in
       ``pkg/runtime/runtime.go``, and #4190's choice; for MPI runtimes with ``runLauncherAsNode`` this
@@ -196,14 +208,13 @@ def runtime_trainer(
       launcher). Runtime patches (``spec.runtimePatches``) are not applied.
     """
     malformed = False
-    counted: tuple[bool, object] | None = None  # (ancestor-labelled, parallelism) of the trainer PodSet
+    pod_sets: list[rules.PodSetParts] = []
     resources: tuple[rules.NodeResources, bool] | None = None  # (resources, merges)
     for job_name, labels, parallelism, containers in replicated_jobs:
         ancestor = rules.is_trainer_ancestor(labels)
-        if ancestor and (counted is None or not counted[0]):
-            counted = (True, parallelism)
-        elif counted is None and job_name == rules.NODE:
-            counted = (False, parallelism)
+        count, bad = rules.coerce_count(parallelism)
+        malformed |= bad
+        pod_sets.append((job_name, ancestor, count))
         if resources is None and (ancestor or job_name == rules.NODE):
             for container_name, container_resources in containers:
                 if container_name != rules.NODE:
@@ -215,16 +226,15 @@ def runtime_trainer(
                     res = rules.NO_RESOURCES
                 resources = (res, rules.merges_job_resources(ml_policy_obj, job_name, ancestor))
                 break
-    nodes = 1
-    if counted is not None:
-        count, bad = rules.coerce_count(counted[1])
-        malformed |= bad
-        nodes = rules.runtime_default_nodes(
-            ml_policy_obj is not None, rules.runtime_num_nodes(ml_policy_obj)[0], counted[0], count
-        )
-    if resources is None:
-        return nodes, rules.NO_RESOURCES, False, malformed
-    return nodes, resources[0], resources[1], malformed
+    nodes = rules.node_rule(
+        pod_sets,
+        has_ml_policy=ml_policy_obj is not None,
+        ml_policy_num_nodes=rules.runtime_num_nodes(ml_policy_obj)[0],
+        mpi=rules.is_mpi(ml_policy_obj),
+        launcher_as_node=rules.run_launcher_as_node(ml_policy_obj),
+    )
+    res, merges = resources if resources is not None else (rules.NO_RESOURCES, False)
+    return RuntimeTrainer(nodes, res, merges, malformed)
 
 
 def build_runtime(
@@ -247,8 +257,7 @@ def build_runtime(
         malformed = True
     num_nodes, bad = rules.runtime_num_nodes(ml_policy_obj)
     malformed |= bad
-    default_nodes, node_resources, merges, bad = runtime_trainer(replicated_jobs, ml_policy_obj)
-    malformed |= bad
+    trainer = runtime_trainer(replicated_jobs, ml_policy_obj)
     return RuntimeProjection(
         key=object_key(ns, name),
         uid=uid,
@@ -262,8 +271,8 @@ def build_runtime(
         framework=rules.framework(labels),
         num_nodes=num_nodes,
         run_launcher_as_node=rules.run_launcher_as_node(ml_policy_obj),
-        default_nodes=default_nodes,
-        node_resources=node_resources,
-        merges_job_resources=merges,
-        malformed=malformed,
+        nodes=trainer.nodes,
+        node_resources=trainer.resources,
+        merges_job_resources=trainer.merges,
+        malformed=malformed or trainer.malformed,
     )

@@ -223,11 +223,16 @@ class RuntimeProjection(msgspec.Struct, frozen=True, gc=False):
     framework: str  # trainer.kubeflow.org/framework label, "unknown" when missing
     num_nodes: int | None  # spec.mlPolicy.numNodes (no CRD default)
     run_launcher_as_node: bool  # spec.mlPolicy.mpi.runLauncherAsNode
-    # The node count the controller gives the trainer job when the TrainJob sets none
-    # (rules.runtime_default_nodes: mlPolicy.numNodes, else the template's parallelism, else 1).
-    default_nodes: int
+    # How the controller counts the training nodes (rules.node_rule): when the TrainJob sets no numNodes, and
+    # what its numNodes does (ignored without a trainer PodSet; MPI runLauncherAsNode adds the launcher).
+    nodes: rules.NodeRule
     # requests and limits of the trainer job's `node` container (runtime_trainer): the base a TrainJob's
     # resourcesPerNode merges into; rules.NO_RESOURCES when there is no such container.
     node_resources: rules.NodeResources
     merges_job_resources: bool  # the controller merges a TrainJob's resourcesPerNode into it
     malformed: bool = False
+
+    @property
+    def default_nodes(self) -> int:
+        """The training nodes of a TrainJob of this runtime that sets no numNodes."""
+        return self.nodes.default

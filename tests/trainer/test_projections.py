@@ -98,17 +98,25 @@ JOB_EXPECTED: dict[str, tuple[str, int | None, rules.NodeResources | None, str]]
 }
 
 NO_RES = rules.NO_RESOURCES
-# (ml_policy, pod_group_policy, framework, mlPolicy.numNodes, runLauncherAsNode, default nodes,
+TORCH_NODES = rules.NodeRule(1, True, False, 0)
+TORCH = ("torch", "none", "torch", 1, False, TORCH_NODES, NO_RES, True)
+# MPI runLauncherAsNode (plugins/mpi/mpi.go): the launcher (ancestor trainer: mlPolicy.numNodes 1) and the
+# `node` workers (parallelism 1) are both hosts; numNodes sizes `node` as max(n-1, 1) beside the launcher.
+MPI_LAUNCHER_AS_NODE = rules.NodeRule(2, True, True, 1)
+MPI = ("mpi", "none", "", 1, True, MPI_LAUNCHER_AS_NODE, NO_RES, True)
+# (ml_policy, pod_group_policy, framework, mlPolicy.numNodes, runLauncherAsNode, node rule,
 #  node container resources, merges resourcesPerNode)
-RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, int, rules.NodeResources, bool]] = {
-    "flux-distributed": ("flux", "none", "flux", 1, False, 1, NO_RES, True),
-    "torch-distributed-volcano": ("torch", "volcano", "torch", 1, False, 1, NO_RES, True),
-    "torch-distributed-with-cache": ("torch", "none", "torch", 1, False, 1, NO_RES, True),
+RUNTIME_EXPECTED: dict[
+    str, tuple[str, str, str, int | None, bool, rules.NodeRule, rules.NodeResources, bool]
+] = {
+    "flux-distributed": ("flux", "none", "flux", 1, False, TORCH_NODES, NO_RES, True),
+    "torch-distributed-volcano": ("torch", "volcano", *TORCH[2:]),
+    "torch-distributed-with-cache": TORCH,
     # MPI: the `node` worker job (no ancestor label) gets resourcesPerNode through runLauncherAsNode
-    "deepspeed-distributed": ("mpi", "none", "deepspeed", 1, True, 1, NO_RES, True),
-    "jax-distributed": ("jax", "none", "jax", 1, False, 1, NO_RES, True),
-    "mlx-distributed": ("mpi", "none", "mlx", 1, True, 1, NO_RES, True),
-    "torch-distributed": ("torch", "none", "torch", 1, False, 1, NO_RES, True),
+    "deepspeed-distributed": ("mpi", "none", "deepspeed", *MPI[3:]),
+    "jax-distributed": ("jax", "none", "jax", 1, False, TORCH_NODES, NO_RES, True),
+    "mlx-distributed": ("mpi", "none", "mlx", *MPI[3:]),
+    "torch-distributed": TORCH,
     # limits only, a YAML int
     "torchtune-llama3.2-1b": (
         "torch",
@@ -116,7 +124,7 @@ RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, int, rules.No
         "torchtune",
         1,
         False,
-        1,
+        TORCH_NODES,
         ((), (("nvidia.com/gpu", 2),)),
         True,
     ),
@@ -126,7 +134,7 @@ RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, int, rules.No
         "torchtune",
         1,
         False,
-        1,
+        TORCH_NODES,
         ((), (("nvidia.com/gpu", 2),)),
         True,
     ),
@@ -136,12 +144,12 @@ RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, int, rules.No
         "torchtune",
         1,
         False,
-        1,
+        TORCH_NODES,
         ((), (("nvidia.com/gpu", 2),)),
         True,
     ),
-    "xgboost-distributed": ("xgboost", "none", "xgboost", 1, False, 1, NO_RES, True),
-    "torch-with-dataset-init": ("torch", "none", "torch", 1, False, 1, NO_RES, True),
+    "xgboost-distributed": ("xgboost", "none", "xgboost", 1, False, TORCH_NODES, NO_RES, True),
+    "torch-with-dataset-init": ("torch", "none", "torch", 1, False, TORCH_NODES, NO_RES, True),
 }
 
 
@@ -177,7 +185,7 @@ def test_example_runtimes(name: str, obj: dict[str, Any], projector: RuntimeProj
         rt.framework,
         rt.num_nodes,
         rt.run_launcher_as_node,
-        rt.default_nodes,
+        rt.nodes,
         rt.node_resources,
         rt.merges_job_resources,
     )
@@ -391,17 +399,22 @@ def test_runtime_without_ml_policy_runs_the_template_parallelism() -> None:
     obj["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 3
     rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
     assert (rt.num_nodes, rt.default_nodes) == (None, 3)
-    assert rules.requested_nodes(None, rt.default_nodes) == 3
-    assert rules.requested_nodes(5, rt.default_nodes) == 5  # plainml.go EnforceMLPolicy: numNodes wins
+    assert rules.requested_nodes(None, rt.nodes) == 3
+    assert rules.requested_nodes(5, rt.nodes) == 5  # plainml.go EnforceMLPolicy: numNodes wins
     # with an mlPolicy, the policy's numNodes (default 1) replaces the parallelism of the trainer job
     obj["spec"]["mlPolicy"] = {"torch": {}}
     assert project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR).default_nodes == 1
     obj["spec"]["mlPolicy"] = {"numNodes": 4, "torch": {}}
     assert project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR).default_nodes == 4
-    # ... but only for the job labelled ancestor trainer: without the label, parallelism again
+    # ... but only for the job labelled ancestor trainer: without the label, parallelism again, and no
+    # plugin finds a trainer PodSet to size with the TrainJob's numNodes (FindPodSetByAncestor is nil)
     del obj["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"]
     rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
     assert (rt.default_nodes, rt.merges_job_resources) == (3, False)
+    assert rules.requested_nodes(5, rt.nodes) == 3
+    # parallelism 0: WithPodSet keeps every PodSet at `max(count, 1)` pods (pkg/runtime/runtime.go)
+    obj["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 0
+    assert project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR).default_nodes == 1
 
 
 def test_runtime_framework_missing() -> None:

@@ -368,12 +368,14 @@ def test_runtime_info_and_snapshot() -> None:
     assert f"{G}/TrainingRuntime/team-b/torch-with-dataset-init" in snap
 
 
-def test_mpi_run_launcher_as_node_keeps_the_logical_node_count() -> None:
+def test_mpi_run_launcher_as_node_counts_the_launcher_as_a_node() -> None:
+    """kubeflow/trainer v2.3.0 plugins/mpi/mpi.go: numNodes 4 gives `node` 3 pods beside the launcher; with
+    no numNodes, deepspeed runs its launcher and one `node` worker, both hosts (see test_node_count.py)."""
     state, sink, _ = make()
     state.runtime_handler.on_added(runtime("deepspeed-distributed"), True)
     state.job_handler.on_added(job("a", runtime="deepspeed-distributed", num_nodes=4, gpus="1"), False)
     state.job_handler.on_added(job("b", runtime="deepspeed-distributed", num_nodes=None, gpus="1"), False)
-    assert [(e.requested_nodes, e.requested_accelerators) for e in sink.created] == [(4, 4), (1, 1)]
+    assert [(e.requested_nodes, e.requested_accelerators) for e in sink.created] == [(4, 4), (2, 2)]
 
 
 def test_accelerators_from_runtime_container_vs_resources_per_node() -> None:
