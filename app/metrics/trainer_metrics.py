@@ -144,8 +144,8 @@ class TrainerMetricState:
         )
         self.startup = HistogramFamily(
             _PREFIX + "trainjob_startup_seconds",
-            "Time from a TrainJob's creation to the first time it was seen running (a child Job ready), "
-            "in seconds.",
+            "Time from a TrainJob's creation to the first time it was seen running (a child Job of the "
+            "training step ready), in seconds.",
             ("runtime_ref",),
             STARTUP_BUCKETS,
         )

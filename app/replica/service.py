@@ -48,7 +48,6 @@ from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAI
 from app.trainer.projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
-    TRAINJOB_PROJECTOR,
     TrainJobProjector,
 )
 from app.trainer.state import TrainerState
@@ -113,6 +112,16 @@ class Service:
             max_accelerator_classes=settings.max_accelerator_classes,
             max_failure_reasons=settings.max_failure_reasons,
         )
+        # One TrainJob projector for the informers and the settler's LIST at a floor: a job runs when its
+        # runtime's training step is ready, found through the runtimes the state knows
+        # (app/trainer/projectors.py). trainerStatus is decoded only for the per-TrainJob series
+        # (app/trainer/wire.py).
+        self.trainjob_projector = TrainJobProjector(
+            runtimes=self.state.runtimes_by_ref,
+            trainer_status=self.per_job is not None,
+            max_trainer_metrics=settings.per_trainjob_max_trainer_metrics,
+        )
+        self.settler.projector = self.trainjob_projector
         self.lease_payload = LeasePayload(
             self.lease_watermarks, self.state, on_limit=self.telemetry.limit_hit
         )
@@ -193,12 +202,8 @@ class Service:
                 priority=self.priority,
             )
 
-        projector: Any = TRAINJOB_PROJECTOR
+        projector = self.trainjob_projector
         if self.per_job is not None:
-            # trainerStatus is decoded only for the per-TrainJob series (app/trainer/wire.py).
-            projector = TrainJobProjector(
-                trainer_status=True, max_trainer_metrics=self.settings.per_trainjob_max_trainer_metrics
-            )
             jobs = PerJobHandler(jobs, self.per_job)
         self._trainjob_informers = [informer(TRAINJOBS, ns, projector, jobs) for ns in scopes]
         return [

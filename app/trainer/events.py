@@ -69,7 +69,8 @@ class JobFinished(msgspec.Struct, frozen=True, gc=False):
 
 
 class JobStarted(msgspec.Struct, frozen=True, gc=False):
-    """A TrainJob's first observed running state (some child Job ready; rules.job_state), once per uid.
+    """A TrainJob's first observed running state (a training-step child Job ready; rules.job_state), once per
+    uid.
 
     ``startup_seconds`` is the time to running: this replica's wall clock when it saw the job running, minus
     creationTimestamp (no Kubernetes object records when pods became ready, so it is an upper bound: the

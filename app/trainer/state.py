@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from app.kube.logthrottle import short
@@ -196,6 +196,13 @@ class TrainerState:
 
     def runtime(self, ref: str) -> RuntimeProjection | None:
         return self._refs.by_ref.get(ref)
+
+    @property
+    def runtimes_by_ref(self) -> Mapping[str, RuntimeProjection]:
+        """The runtimes in the snapshot by ref label, live: what the TrainJob projector reads (never writes)
+        to find a job's training step (``TrainJobProjector(runtimes=...)``). The dict itself, not a proxy:
+        the projector looks a job's runtime up on every watch event of a running job."""
+        return self._refs.by_ref
 
     def runtime_accelerators(self, runtime: RuntimeProjection) -> tuple[tuple[str, int], ...]:
         """(class, per-node count) of each accelerator the runtime's trainer container requests by itself

@@ -98,23 +98,25 @@ JOB_EXPECTED: dict[str, tuple[str, int | None, rules.NodeResources | None, str]]
 }
 
 NO_RES = rules.NO_RESOURCES
+NODE_ONLY = frozenset({"node"})
+MPI_STEP = frozenset({"launcher", "node"})
 TORCH_NODES = rules.NodeRule(1, True, False, 0)
-TORCH = ("torch", "none", "torch", 1, False, TORCH_NODES, NO_RES, True)
+TORCH = ("torch", "none", "torch", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY)
 # MPI runLauncherAsNode (plugins/mpi/mpi.go): the launcher (ancestor trainer: mlPolicy.numNodes 1) and the
 # `node` workers (parallelism 1) are both hosts; numNodes sizes `node` as max(n-1, 1) beside the launcher.
 MPI_LAUNCHER_AS_NODE = rules.NodeRule(2, True, True, 1)
-MPI = ("mpi", "none", "", 1, True, MPI_LAUNCHER_AS_NODE, NO_RES, True)
+MPI = ("mpi", "none", "", 1, True, MPI_LAUNCHER_AS_NODE, NO_RES, True, MPI_STEP)
 # (ml_policy, pod_group_policy, framework, mlPolicy.numNodes, runLauncherAsNode, node rule,
-#  node container resources, merges resourcesPerNode)
+#  node container resources, merges resourcesPerNode, training-step jobs)
 RUNTIME_EXPECTED: dict[
-    str, tuple[str, str, str, int | None, bool, rules.NodeRule, rules.NodeResources, bool]
+    str, tuple[str, str, str, int | None, bool, rules.NodeRule, rules.NodeResources, bool, frozenset[str]]
 ] = {
-    "flux-distributed": ("flux", "none", "flux", 1, False, TORCH_NODES, NO_RES, True),
+    "flux-distributed": ("flux", "none", "flux", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY),
     "torch-distributed-volcano": ("torch", "volcano", *TORCH[2:]),
-    "torch-distributed-with-cache": TORCH,
+    "torch-distributed-with-cache": TORCH,  # the dataset initializer is not part of the training step
     # MPI: the `node` worker job (no ancestor label) gets resourcesPerNode through runLauncherAsNode
     "deepspeed-distributed": ("mpi", "none", "deepspeed", *MPI[3:]),
-    "jax-distributed": ("jax", "none", "jax", 1, False, TORCH_NODES, NO_RES, True),
+    "jax-distributed": ("jax", "none", "jax", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY),
     "mlx-distributed": ("mpi", "none", "mlx", *MPI[3:]),
     "torch-distributed": TORCH,
     # limits only, a YAML int
@@ -127,6 +129,7 @@ RUNTIME_EXPECTED: dict[
         TORCH_NODES,
         ((), (("nvidia.com/gpu", 2),)),
         True,
+        NODE_ONLY,
     ),
     "torchtune-llama3.2-3b": (
         "torch",
@@ -137,6 +140,7 @@ RUNTIME_EXPECTED: dict[
         TORCH_NODES,
         ((), (("nvidia.com/gpu", 2),)),
         True,
+        NODE_ONLY,
     ),
     "torchtune-qwen2.5-1.5b": (
         "torch",
@@ -147,9 +151,10 @@ RUNTIME_EXPECTED: dict[
         TORCH_NODES,
         ((), (("nvidia.com/gpu", 2),)),
         True,
+        NODE_ONLY,
     ),
-    "xgboost-distributed": ("xgboost", "none", "xgboost", 1, False, TORCH_NODES, NO_RES, True),
-    "torch-with-dataset-init": ("torch", "none", "torch", 1, False, TORCH_NODES, NO_RES, True),
+    "xgboost-distributed": ("xgboost", "none", "xgboost", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY),
+    "torch-with-dataset-init": ("torch", "none", "torch", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY),
 }
 
 
@@ -188,6 +193,7 @@ def test_example_runtimes(name: str, obj: dict[str, Any], projector: RuntimeProj
         rt.nodes,
         rt.node_resources,
         rt.merges_job_resources,
+        rt.training_jobs,
     )
     assert got == expected
     assert rt.name == rname and rt.kind == projector.kind and not rt.malformed
@@ -230,10 +236,10 @@ def _cond(ctype: str, status: str, reason: str, t: str = "2025-06-01T10:10:00Z")
                 {"name": "dataset-initializer", "active": 1, "ready": 1},
                 {"name": "node", "active": 0, "ready": 0},
             ],
-            "running",
+            "pending",
             "",
             "",
-        ),  # an initializer's pods run
+        ),  # an initializer's pods run: not the training step (rules.training_ready)
         # a reason longer than 64 characters is cut and marked, so it never passes for a CamelCase reason
         ([_cond("Failed", "True", "X" * 100)], [], "failed", "failed", "X" * 63 + "…"),
         ([_cond("Suspended", "True", "Suspended")], [], "suspended", "", ""),
@@ -327,7 +333,14 @@ def _mutated(path: list[str], value: Any) -> Any:
             [{"type": "Complete", "status": "True", "lastTransitionTime": "soon"}],
             lambda j: j.result == "succeeded" and j.terminal_time is None,
         ),
-        (["status", "jobsStatus"], [{"name": "node", "ready": "3"}, {"ready": 2}], lambda j: j.ready),
+        # a count that is not a number, or an entry with no (or a non-string) name, is not the training step
+        (["status", "jobsStatus"], [{"name": "node", "ready": "3"}, {"ready": 2}], lambda j: not j.ready),
+        (["status", "jobsStatus"], [{"name": ["node"], "ready": 1}], lambda j: not j.ready and j.malformed),
+        (
+            ["status", "jobsStatus"],
+            [{"name": "x", "ready": "3"}, {"name": "node", "ready": 2}],
+            lambda j: j.ready and j.malformed,
+        ),
         (["metadata", "creationTimestamp"], 12, lambda j: j.created is None),
         (
             ["metadata", "namespace"],

@@ -8,9 +8,10 @@ runtime policies) so that the typed and the tolerant decoding paths share exactl
 
 This package is the only home of the Trainer rules; its submodules group them by what they read
 (labels: shared vocabularies and name checks; status: conditions, state, reason and timestamps;
-nodes: node counts and per-node requests and limits; accelerators: patterns and ceilings; runtimes:
-runtime refs and policies). Every public name is re-exported here, so callers write
-``rules.X`` or ``from app.trainer.rules import X`` whatever submodule holds it.
+steps: the training step, the child Jobs whose readiness makes a job running; nodes: node counts and
+per-node requests and limits; accelerators: patterns and ceilings; runtimes: runtime refs and policies).
+Every public name is re-exported here, so callers write ``rules.X`` or ``from app.trainer.rules import X``
+whatever submodule holds it.
 """
 
 from __future__ import annotations
@@ -98,18 +99,29 @@ from app.trainer.rules.status import (
     reason_bucket,
     seconds_since_creation,
 )
+from app.trainer.rules.steps import (
+    DATASET_INITIALIZER,
+    FALLBACK_TRAINING_JOBS,
+    INITIALIZER_STEPS,
+    MODEL_INITIALIZER,
+    training_jobs,
+    training_ready,
+)
 
 __all__ = [
     "ANCESTOR_LABEL",
     "ANCESTOR_TRAINER",
     "CLUSTER_TRAINING_RUNTIME_KIND",
+    "DATASET_INITIALIZER",
     "DEFAULT_ACCELERATORS",
     "DEFAULT_ACCELERATOR_PATTERNS",
     "DEFAULT_RUNTIME_API_GROUP",
     "DEFAULT_RUNTIME_KIND",
     "FAILED",
     "FAILURE_REASONS",
+    "FALLBACK_TRAINING_JOBS",
     "FRAMEWORK_LABEL",
+    "INITIALIZER_STEPS",
     "JOB_STATES",
     "LAUNCHER",
     "MAX_ACCELERATORS_PER_JOB",
@@ -122,6 +134,7 @@ __all__ = [
     "MAX_RESOURCE_ENTRIES",
     "MAX_RESOURCE_NAME",
     "ML_POLICIES",
+    "MODEL_INITIALIZER",
     "NODE",
     "NONE",
     "NO_ACCELERATORS",
@@ -173,4 +186,6 @@ __all__ = [
     "runtime_num_nodes",
     "runtime_ref_label",
     "seconds_since_creation",
+    "training_jobs",
+    "training_ready",
 ]
