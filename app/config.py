@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         description="Comma-separated namespaces whose TrainJobs and TrainingRuntimes are watched; "
         "empty watches all namespaces.",
     )
+    watch_cluster_runtimes: bool = Field(
+        default=True,
+        description="Watch ClusterTrainingRuntimes (cluster-scoped: reading them needs a ClusterRole). Off: "
+        "no ClusterTrainingRuntime in runtime_info, and a TrainJob of one is counted at once (no wait for "
+        "its runtime) with the nodes and accelerators of its own spec only.",
+    )
 
     # --- Leader election ---------------------------------------------------------------------
     leader_election: bool = Field(default=True, description="Elect one exporting replica through a Lease.")

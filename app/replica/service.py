@@ -112,6 +112,7 @@ class Service:
             accelerator_patterns=settings.accelerator_resource_patterns,
             max_accelerator_classes=settings.max_accelerator_classes,
             max_failure_reasons=settings.max_failure_reasons,
+            cluster_runtimes_watched=settings.watch_cluster_runtimes,
         )
         self.lease_payload = LeasePayload(
             self.lease_watermarks, self.state, on_limit=self.telemetry.limit_hit
@@ -201,8 +202,15 @@ class Service:
             )
             jobs = PerJobHandler(jobs, self.per_job)
         self._trainjob_informers = [informer(TRAINJOBS, ns, projector, jobs) for ns in scopes]
+        # ClusterTrainingRuntimes are cluster-scoped: a namespaced install (Roles only) cannot read them, and
+        # an informer that is never allowed to list would never sync (never ready, never leading).
+        cluster: list[Informer[Any]] = []
+        if self.settings.watch_cluster_runtimes:
+            cluster.append(
+                informer(CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, runtimes)
+            )
         return [
-            informer(CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, runtimes),
+            *cluster,
             *(informer(TRAINING_RUNTIMES, ns, TRAINING_RUNTIME_PROJECTOR, runtimes) for ns in scopes),
             *self._trainjob_informers,
         ]

@@ -187,3 +187,22 @@ def test_rbac_create_false_renders_no_rbac(render: RenderFn) -> None:
         f"{FULLNAME}-metrics-reader",
         f"{FULLNAME}-debug-reader",
     ]
+
+
+def test_namespaced_install_has_no_cluster_scoped_rbac(render: RenderFn) -> None:
+    rendered = render({"watchNamespaces": ["team-a", "team-b"], "watchClusterRuntimes": False})
+    assert not {"ClusterRole", "ClusterRoleBinding"} & rendered.kinds()
+    assert grants_of_service_account(rendered) == (
+        expand("team-a", TRAINER, ("trainjobs", "trainingruntimes"), READ)
+        | expand("team-b", TRAINER, ("trainjobs", "trainingruntimes"), READ)
+        | lease_grants()
+    )
+    # The service then builds no ClusterTrainingRuntime informer (tests/integration/test_cluster_runtimes.py).
+    assert rendered.env()["TRAINER_METRICS_WATCH_CLUSTER_RUNTIMES"] == "false"
+
+
+def test_all_namespaces_without_cluster_runtimes(render: RenderFn) -> None:
+    rendered = render({"watchClusterRuntimes": False})
+    assert grants_of_service_account(rendered) == (
+        expand(CLUSTER, TRAINER, ("trainjobs", "trainingruntimes"), READ) | lease_grants()
+    )

@@ -22,6 +22,7 @@ CONFIG_SCHEMA: dict[str, Any] = SCHEMA["properties"]["config"]["properties"]
 # Settings with a dedicated value instead of a `config` key (the value drives other objects too).
 DEDICATED = {
     "namespaces": "watchNamespaces",
+    "watch_cluster_runtimes": "watchClusterRuntimes",
     "leader_election": "leaderElection.enabled",
     "lease_name": "leaderElection.leaseName",
     "lease_namespace": "the release namespace",
@@ -139,6 +140,7 @@ def test_rendered_environment_is_accepted_by_the_service(
     values = {
         "config": CONFIG_SAMPLE,
         "watchNamespaces": ["team-a", "team-b"],
+        "watchClusterRuntimes": False,
         "leaderElection": {
             "leaseName": "tm-lock",
             "leaseDurationSeconds": 20,
@@ -166,6 +168,7 @@ def test_rendered_environment_is_accepted_by_the_service(
         else:
             assert getattr(s, key) == value, key
     assert s.namespaces == ["team-a", "team-b"]
+    assert s.watch_cluster_runtimes is False
     assert (s.lease_name, s.lease_namespace, s.identity) == ("tm-lock", "obs", "tm-trainer-metrics-7f9c-x1")
     assert (s.lease_duration_seconds, s.renew_deadline_seconds, s.retry_period_seconds) == (20, 12.5, 3)
     assert s.leader_election is True

@@ -59,6 +59,7 @@ from app.trainer.rules.nodes import (
 from app.trainer.rules.runtimes import (
     ANCESTOR_LABEL,
     ANCESTOR_TRAINER,
+    CLUSTER_RUNTIME_REF_PREFIX,
     CLUSTER_TRAINING_RUNTIME_KIND,
     DEFAULT_RUNTIME_API_GROUP,
     DEFAULT_RUNTIME_KIND,
@@ -97,6 +98,7 @@ from app.trainer.rules.status import (
 __all__ = [
     "ANCESTOR_LABEL",
     "ANCESTOR_TRAINER",
+    "CLUSTER_RUNTIME_REF_PREFIX",
     "CLUSTER_TRAINING_RUNTIME_KIND",
     "DEFAULT_ACCELERATORS",
     "DEFAULT_ACCELERATOR_PATTERNS",
