@@ -810,6 +810,8 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
             "required": ["selector", "endpoints"],
             "properties": {
                 "jobLabel": {"type": "string"},
+                "targetLabels": {"type": "array", "items": {"type": "string"}},
+                "podTargetLabels": {"type": "array", "items": {"type": "string"}},
                 "sampleLimit": {"type": "integer", "minimum": 1},
                 "labelLimit": {"type": "integer", "minimum": 1},
                 "labelNameLengthLimit": {"type": "integer", "minimum": 1},
@@ -967,8 +969,9 @@ POD_MONITOR_SCHEMA["properties"]["kind"] = {"const": "PodMonitor"}
 _pm_spec = POD_MONITOR_SCHEMA["properties"]["spec"]
 _pm_spec["required"] = ["selector", "podMetricsEndpoints"]
 _pm_spec["properties"]["podMetricsEndpoints"] = _pm_spec["properties"].pop("endpoints")
-# A PodMonitor endpoint has no bearerTokenFile.
+# A PodMonitor endpoint has no bearerTokenFile, nor the PodMonitor targetLabels (there is no Service).
 del _pm_spec["properties"]["podMetricsEndpoints"]["items"]["properties"]["bearerTokenFile"]
+del _pm_spec["properties"]["targetLabels"]
 
 
 def test_pod_monitor_instead_of_the_service_monitor(render: RenderFn) -> None:
@@ -994,6 +997,34 @@ def test_pod_monitor_instead_of_the_service_monitor(render: RenderFn) -> None:
     assert endpoint["port"] == "https" and endpoint["scheme"] == "https" and endpoint["honorLabels"] is True
     assert endpoint["authorization"]["credentials"]["name"] == f"{FULLNAME}-scraper-token"
     assert rendered.one("Secret")["metadata"]["namespace"] == "monitoring"
+
+
+def test_target_labels_copy_service_and_pod_labels_onto_the_series(render: RenderFn) -> None:
+    rendered = render(
+        {
+            "serviceMonitor": {
+                "enabled": True,
+                "targetLabels": ["team"],
+                "podTargetLabels": ["team", "tier"],
+            },
+            "commonLabels": {"team": "ml-platform"},
+            "podLabels": {"tier": "infra"},
+        }
+    )
+    sm = rendered.one("ServiceMonitor")
+    jsonschema.validate(sm, SERVICE_MONITOR_SCHEMA)
+    assert sm["spec"]["targetLabels"] == ["team"]
+    assert sm["spec"]["podTargetLabels"] == ["team", "tier"]
+    assert rendered.one("Service")["metadata"]["labels"]["team"] == "ml-platform"
+    pod_labels = rendered.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert {"team", "tier"} <= pod_labels.keys()
+    pm = render({"podMonitor": {"enabled": True}, "serviceMonitor": {"podTargetLabels": ["tier"]}}).one(
+        "PodMonitor"
+    )
+    jsonschema.validate(pm, POD_MONITOR_SCHEMA)
+    assert pm["spec"]["podTargetLabels"] == ["tier"] and "targetLabels" not in pm["spec"]
+    plain = render({"serviceMonitor": {"enabled": True}}).one("ServiceMonitor")["spec"]
+    assert not {"targetLabels", "podTargetLabels"} & plain.keys()
 
 
 # --- Grafana dashboard -------------------------------------------------------------------------------------
