@@ -1092,6 +1092,40 @@ def test_dashboard_is_valid_and_queries_exported_metrics() -> None:
     assert "sum by (reason)" in exprs and "sum by (runtime_ref)" in exprs
 
 
+# Panels over an hour: rare events, where a window of a few scrapes would show nothing but spikes, and the
+# stats of the last hour. Every other range is $__rate_interval, which follows the zoom. docs/deploy.md (6.
+# Dashboard) lists these panels.
+HOUR_WINDOW_PANELS = {
+    "Created / h",
+    "Failed / h (all namespaces)",
+    "Failure ratio, 1h (all namespaces)",
+    "Failure ratio by runtime_ref, 1h (all namespaces)",
+    "Failure share by reason, 1h (all namespaces)",
+    "Failures / h by runtime_ref and reason (all namespaces)",
+    "TrainJob lifetime p50 / p95 by runtime_ref (failed; all namespaces, 1h)",
+    "Leader transitions / h",
+    "Relists / h by reason",
+    "Watch restarts / h by reason",
+}
+
+
+def test_dashboard_ranges_follow_the_zoom_except_for_rare_events() -> None:
+    dashboard = json.loads(DASHBOARD_FILE.read_text())
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert titles >= HOUR_WINDOW_PANELS, HOUR_WINDOW_PANELS - titles
+    ranges = 0
+    for title, expr in dashboard_targets(dashboard):
+        for window in re.findall(r"\[([^\]]+)\]", expr):
+            ranges += 1
+            wanted = "1h" if title in HOUR_WINDOW_PANELS else "$__rate_interval"
+            assert window == wanted, f"panel {title!r}: [{window}], expected [{wanted}]: {expr}"
+    assert ranges >= 30
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    documented = " ".join(deploy.split())  # the list wraps across lines
+    for title in HOUR_WINDOW_PANELS:
+        assert f"`{title}`" in documented, f"docs/deploy.md does not list the hour window of {title!r}"
+
+
 def test_dashboard_config_map(render: RenderFn) -> None:
     cm: Obj = render(
         {
