@@ -183,9 +183,13 @@ class Settings(BaseSettings):
     tls_key_file: str | None = Field(default=None, description="Private key (PEM) for tls_cert_file.")
 
     # --- Logging -----------------------------------------------------------------------------
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="The least severe records written: DEBUG, INFO, WARNING or ERROR."
+    )
     log_format: Literal["text", "json"] = Field(
-        default="text", description="text for people, json for machines."
+        default="text",
+        description="`text`: one readable line per record, for people; `json`: one JSON object per line, "
+        "for log collectors.",
     )
 
     # --- Informers and limits ----------------------------------------------------------------
