@@ -363,8 +363,15 @@ def test_network_policy(render: RenderFn) -> None:
 
 def test_notes_tell_how_to_check(render: RenderFn) -> None:
     notes = render().notes
-    for needle in ("port-forward service/tm-trainer-metrics", "/readyz", "/metrics", "/debug/* (leadership"):
+    for needle in (
+        "port-forward service/tm-trainer-metrics",
+        "/readyz",
+        "/metrics",
+        "/debug/* (leadership",
+        "helm test tm -n obs",
+    ):
         assert needle in notes
+    assert "helm test" not in render({"testFramework": {"enabled": False}}).notes
     assert "/debug/leadership" in render({"auth": {"enabled": True}}).notes
     notes = render(production_values()).notes
     assert "https://localhost:8080/metrics" in notes and "Authorization: Bearer" in notes

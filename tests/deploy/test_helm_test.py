@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from app.replica.simulate import DEMO_SCRAPER_TOKEN
+from image import build
 from tests.security.exporter_proc import exporter
 
-from .chart import CHART_DIR, FULLNAME, NAMESPACE, Obj, Rendered, RenderFn, production_values
+from .chart import CHART_DIR, FULLNAME, NAMESPACE, ROOT, Obj, Rendered, RenderFn, production_values
 
 SCRIPT = (CHART_DIR / "files" / "helm_test.py").read_text()
 OPENSSL = shutil.which("openssl")
@@ -66,6 +67,15 @@ def test_default_pod_is_a_hook_that_no_selector_takes_for_a_replica(render: Rend
     }
     assert "volumes" not in spec and "volumeMounts" not in container
     assert "Pod" not in render({"testFramework": {"enabled": False}}).kinds()
+
+
+def test_pod_runs_the_python_of_the_exporters_image(render: RenderFn) -> None:
+    """The hook runs the image's own interpreter: the one beside the entrypoint (image/build.py), which the
+    Dockerfile's virtualenv also has."""
+    (container,) = hook_pod(render())["spec"]["containers"]
+    python = Path(container["command"][0])
+    assert python.parent == Path(build.ENTRYPOINT[0]).parent, build.ENTRYPOINT
+    assert f"python -m venv --without-pip {python.parent.parent}" in (ROOT / "Dockerfile").read_text()
 
 
 def test_production_pod_scrapes_with_the_scrape_token_and_the_monitors_tls_check(render: RenderFn) -> None:

@@ -200,6 +200,7 @@ def test_namespaced_install_has_no_cluster_scoped_rbac(render: RenderFn) -> None
             | lease_grants()
         )
         assert rendered.env()["TRAINER_METRICS_WATCH_CLUSTER_RUNTIMES"] == "false"
+        assert "team-a, team-b (not ClusterTrainingRuntimes" in rendered.notes
     # The service then builds no ClusterTrainingRuntime informer (tests/integration/test_cluster_runtimes.py).
 
 
