@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         description="Comma-separated namespaces whose TrainJobs and TrainingRuntimes are watched; "
         "empty watches all namespaces.",
     )
+    watch_cluster_runtimes: bool = Field(
+        default=True,
+        description="Watch ClusterTrainingRuntimes (cluster-scoped: reading them needs a ClusterRole). Off: "
+        "no ClusterTrainingRuntime in runtime_info, and a TrainJob of one is counted at once (no wait for "
+        "its runtime) with the nodes and accelerators of its own spec only.",
+    )
 
     # --- Leader election ---------------------------------------------------------------------
     leader_election: bool = Field(default=True, description="Elect one exporting replica through a Lease.")
@@ -177,9 +183,13 @@ class Settings(BaseSettings):
     tls_key_file: str | None = Field(default=None, description="Private key (PEM) for tls_cert_file.")
 
     # --- Logging -----------------------------------------------------------------------------
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="The least severe records written: DEBUG, INFO, WARNING or ERROR."
+    )
     log_format: Literal["text", "json"] = Field(
-        default="text", description="text for people, json for machines."
+        default="text",
+        description="`text`: one readable line per record, for people; `json`: one JSON object per line, "
+        "for log collectors.",
     )
 
     # --- Informers and limits ----------------------------------------------------------------

@@ -111,6 +111,7 @@ class Service:
             accelerator_patterns=settings.accelerator_resource_patterns,
             max_accelerator_classes=settings.max_accelerator_classes,
             max_failure_reasons=settings.max_failure_reasons,
+            cluster_runtimes_watched=settings.watch_cluster_runtimes,
         )
         # One TrainJob projector for the informers and the settler's LIST at a floor: a job runs when its
         # runtime's training step is ready, found through the runtimes the state knows
@@ -206,8 +207,15 @@ class Service:
         if self.per_job is not None:
             jobs = PerJobHandler(jobs, self.per_job)
         self._trainjob_informers = [informer(TRAINJOBS, ns, projector, jobs) for ns in scopes]
+        # ClusterTrainingRuntimes are cluster-scoped: a namespaced install (Roles only) cannot read them, and
+        # an informer that is never allowed to list would never sync (never ready, never leading).
+        cluster: list[Informer[Any]] = []
+        if self.settings.watch_cluster_runtimes:
+            cluster.append(
+                informer(CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, runtimes)
+            )
         return [
-            informer(CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, runtimes),
+            *cluster,
             *(informer(TRAINING_RUNTIMES, ns, TRAINING_RUNTIME_PROJECTOR, runtimes) for ns in scopes),
             *self._trainjob_informers,
         ]

@@ -624,6 +624,21 @@ def test_fully_specified_job_waits_for_its_runtime_too() -> None:
     assert sink.created[0].accelerators == (("nvidia.com/gpu", 4),)
 
 
+def test_unwatched_cluster_runtimes_are_not_waited_for() -> None:
+    """A namespaced install does not watch ClusterTrainingRuntimes: their jobs are counted at once, with the
+    job's own spec; a TrainingRuntime not known yet is still waited for."""
+    sink, clock = RecordingSink(), Clock()
+    state = TrainerState(
+        sink, clock=clock, wall_clock=lambda: 1.75e9, runtime_wait_seconds=5, cluster_runtimes_watched=False
+    )
+    state.job_handler.on_added(job("a", runtime="torchtune-llama3.2-1b", num_nodes=3, gpus="2"), False)
+    assert state.pending_count == 0
+    (ev,) = sink.created
+    assert (ev.runtime_ref, ev.requested_nodes, ev.accelerators) == (TUNE, 3, (("nvidia.com/gpu", 6),))
+    state.job_handler.on_added(job("b", runtime="mine", kind="TrainingRuntime"), False)
+    assert state.pending_count == 1 and len(sink.created) == 1
+
+
 def test_finished_waits_behind_its_pending_created() -> None:
     state, sink, _clock = make(runtime_wait_seconds=5)
     a0, a1 = (

@@ -65,6 +65,7 @@ from app.trainer.rules.nodes import (
 from app.trainer.rules.runtimes import (
     ANCESTOR_LABEL,
     ANCESTOR_TRAINER,
+    CLUSTER_RUNTIME_REF_PREFIX,
     CLUSTER_TRAINING_RUNTIME_KIND,
     DEFAULT_RUNTIME_API_GROUP,
     DEFAULT_RUNTIME_KIND,
@@ -111,6 +112,7 @@ from app.trainer.rules.steps import (
 __all__ = [
     "ANCESTOR_LABEL",
     "ANCESTOR_TRAINER",
+    "CLUSTER_RUNTIME_REF_PREFIX",
     "CLUSTER_TRAINING_RUNTIME_KIND",
     "DATASET_INITIALIZER",
     "DEFAULT_ACCELERATORS",

@@ -21,6 +21,8 @@ POD_GROUP_POLICIES: Final = ("coscheduling", "volcano", NONE, UNKNOWN)
 TRAINING_RUNTIME_KIND: Final = TRAINING_RUNTIMES.kind
 CLUSTER_TRAINING_RUNTIME_KIND: Final = CLUSTER_TRAINING_RUNTIMES.kind
 RUNTIME_KINDS: Final = (TRAINING_RUNTIME_KIND, CLUSTER_TRAINING_RUNTIME_KIND)
+# How every runtime_ref of a ClusterTrainingRuntime starts (its namespace part is empty).
+CLUSTER_RUNTIME_REF_PREFIX: Final = f"{TRAINER_GROUP}/{CLUSTER_TRAINING_RUNTIME_KIND}//"
 # CRD defaults of spec.runtimeRef (applied by the apiserver; we apply them again for nil values).
 DEFAULT_RUNTIME_API_GROUP: Final = TRAINER_GROUP
 DEFAULT_RUNTIME_KIND: Final = CLUSTER_TRAINING_RUNTIME_KIND
