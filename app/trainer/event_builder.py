@@ -104,6 +104,8 @@ class EventBuilder:
             startup_seconds=startup,
             namespace=job.namespace_label,
             since=since,
+            key=job.key,
+            at=job.created + startup if job.created is not None else None,
         )
 
     def admitted(self, job: TrainJobProjection, wait: float, since: int) -> JobAdmitted:
@@ -114,6 +116,8 @@ class EventBuilder:
             wait_seconds=wait,
             namespace=job.namespace_label,
             since=since,
+            key=job.key,
+            at=job.resumed_time,
         )
 
     def created(self, job: TrainJobProjection, since: int) -> JobCreated:
@@ -150,6 +154,8 @@ class EventBuilder:
             more_accelerators=accelerators[1:],
             nodes_observed=nodes_ok,
             accelerators_observed=accelerators_ok,
+            key=job.key,
+            at=job.created,
         )
 
     def _request_out_of_range(
@@ -207,6 +213,8 @@ class EventBuilder:
             lifetime_seconds=rules.lifetime_seconds(job.created, job.terminal_time),
             namespace=job.namespace_label,
             since=since,
+            key=job.key,
+            at=job.terminal_time,
         )
 
     def _reason_label(self, result: str, reason: str) -> str:

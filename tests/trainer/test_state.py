@@ -21,6 +21,7 @@ from tests.trainer.manifests import TORCH, Clock, G, by_kind, runtime, runtime_d
 TUNE = f"{G}/ClusterTrainingRuntime//torchtune-llama3.2-1b"
 DEEPSPEED = f"{G}/ClusterTrainingRuntime//deepspeed-distributed"
 CREATED = "2025-06-01T10:00:00Z"
+CREATED_AT = 1748772000.0  # CREATED in epoch seconds
 DONE = "2025-06-01T10:30:00Z"
 
 
@@ -128,6 +129,8 @@ def test_created_after_the_initial_list() -> None:
             requested_nodes=3,
             accelerator_class="nvidia.com/gpu",
             requested_accelerators=6,
+            key="team-a/a",  # the job behind it, for exemplars
+            at=CREATED_AT,
         )
     ]
     assert sink.gauge == {("team-a", TORCH, "pending"): 1}
@@ -158,6 +161,8 @@ def test_terminal_edge_counted_once_whatever_the_updates() -> None:
             runtime_ref=TORCH,
             lifetime_seconds=1800.0,
             namespace="team-a",
+            key="team-a/a",
+            at=CREATED_AT + 1800.0,  # the terminal condition's time
         )
     ]
     assert sink.gauge == {("team-a", TORCH, "failed"): 1}
@@ -589,6 +594,8 @@ def test_created_waits_for_a_late_runtime() -> None:
             requested_nodes=2,
             accelerator_class="nvidia.com/gpu",
             requested_accelerators=4,
+            key="team-a/a",
+            at=CREATED_AT,
         )
     ]
     assert state.pending_count == 0
