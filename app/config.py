@@ -276,6 +276,13 @@ class Settings(BaseSettings):
         "(PromQL never counts a series' first sample). At least the scrape interval; 2x tolerates one "
         "failed scrape.",
     )
+    # README, "From a panel to the job": the TrainJob behind each histogram bucket and counter.
+    exemplars: bool = Field(
+        default=True,
+        description="Attach to every Trainer histogram bucket and to the created and finished counters the "
+        "TrainJob (namespace, name, uid) of its last observation, as an exemplar, in the OpenMetrics and "
+        "protobuf expositions.",
+    )
     handover_wait_seconds: float | None = Field(
         default=None,
         ge=0,

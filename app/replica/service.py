@@ -84,6 +84,7 @@ class Service:
             runtime_provider=lambda: self.state.runtime_info(),  # noqa: PLW0108
             extra_families=self.per_job.families if self.per_job is not None else (),
             zero_hold=settings.zero_hold_seconds,
+            exemplars=settings.exemplars,
         )
         # One TrainJob watch per configured namespace, else one over all namespaces.
         stream_of = _namespace_stream if settings.namespaces else _single_stream

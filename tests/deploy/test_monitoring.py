@@ -816,6 +816,22 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
                 "labelLimit": {"type": "integer", "minimum": 1},
                 "labelNameLengthLimit": {"type": "integer", "minimum": 1},
                 "labelValueLengthLimit": {"type": "integer", "minimum": 1},
+                # prometheus-operator >= 0.72 / 0.74 (Prometheus >= 2.49 / 2.45)
+                "scrapeProtocols": {
+                    "type": "array",
+                    "minItems": 1,
+                    "uniqueItems": True,
+                    "items": {
+                        "enum": [
+                            "PrometheusProto",
+                            "OpenMetricsText0.0.1",
+                            "OpenMetricsText1.0.0",
+                            "PrometheusText0.0.4",
+                            "PrometheusText1.0.0",
+                        ]
+                    },
+                },
+                "scrapeClassicHistograms": {"type": "boolean"},
                 "selector": {"type": "object", "required": ["matchLabels"]},
                 "namespaceSelector": {
                     "type": "object",
@@ -962,6 +978,28 @@ def test_service_monitor_job_label_and_limits(render: RenderFn) -> None:
     sm = render({"serviceMonitor": {"enabled": True, "jobLabel": "", **limits}}).one("ServiceMonitor")["spec"]
     assert "jobLabel" not in sm
     assert {k: sm[k] for k in limits} == limits
+
+
+@pytest.mark.parametrize("monitor", ["serviceMonitor", "podMonitor"])
+def test_scrape_protocols_and_classic_histograms(render: RenderFn, monitor: str) -> None:
+    """Protobuf first (native histograms) with the classic buckets kept, on either monitor; unset by default
+    (Prometheus' own default: OpenMetrics first)."""
+    kind = "ServiceMonitor" if monitor == "serviceMonitor" else "PodMonitor"
+    schema = SERVICE_MONITOR_SCHEMA if kind == "ServiceMonitor" else POD_MONITOR_SCHEMA
+    enabled = {monitor: {"enabled": True}}
+    spec = render(enabled).one(kind)["spec"]
+    assert not {"scrapeProtocols", "scrapeClassicHistograms"} & spec.keys()
+    protocols = ["PrometheusProto", "OpenMetricsText1.0.0", "PrometheusText0.0.4"]
+    sm = {"scrapeProtocols": protocols, "scrapeClassicHistograms": True}
+    values: dict[str, Any] = {"serviceMonitor": {**sm, "enabled": kind == "ServiceMonitor"}}
+    if kind == "PodMonitor":
+        values["podMonitor"] = {"enabled": True}
+    obj = render(values).one(kind)
+    jsonschema.validate(obj, schema)
+    assert obj["spec"]["scrapeProtocols"] == protocols
+    assert obj["spec"]["scrapeClassicHistograms"] is True
+    off = render({"serviceMonitor": {"scrapeClassicHistograms": False, "enabled": True}})
+    assert off.one("ServiceMonitor")["spec"]["scrapeClassicHistograms"] is False
 
 
 POD_MONITOR_SCHEMA: dict[str, Any] = copy.deepcopy(SERVICE_MONITOR_SCHEMA)

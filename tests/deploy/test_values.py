@@ -66,6 +66,7 @@ CONFIG_SAMPLE: dict[str, Any] = {
     "terminal_page_max": 77,
     "handover_journal_size": 123456,
     "zero_hold_seconds": 30.0,
+    "exemplars": False,
     "handover_wait_seconds": 12.5,
     "per_trainjob_series": True,
     "per_trainjob_namespaces": ["team-a"],

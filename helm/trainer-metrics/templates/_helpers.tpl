@@ -258,6 +258,20 @@ metricRelabelings:
 {{- end }}
 {{- end }}
 
+{{/*
+Scrape protocols (spec.scrapeProtocols: protobuf first for native histograms) and whether the classic buckets
+of a native histogram are kept (spec.scrapeClassicHistograms), of the ServiceMonitor and the PodMonitor.
+*/}}
+{{- define "trainer-metrics.scrapeProtocols" -}}
+{{- with .Values.serviceMonitor.scrapeProtocols }}
+scrapeProtocols:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.serviceMonitor.scrapeClassicHistograms) }}
+scrapeClassicHistograms: {{ .Values.serviceMonitor.scrapeClassicHistograms }}
+{{- end }}
+{{- end }}
+
 {{/* A Prometheus duration ("30s", "1m", "1m30s", "500ms") in seconds; 0 when it is not one. */}}
 {{- define "trainer-metrics.durationSeconds" -}}
 {{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "w" 604800.0 "y" 31536000.0 }}
