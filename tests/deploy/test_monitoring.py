@@ -1164,6 +1164,24 @@ def test_dashboard_ranges_follow_the_zoom_except_for_rare_events() -> None:
         assert f"`{title}`" in documented, f"docs/deploy.md does not list the hour window of {title!r}"
 
 
+def test_dashboard_shows_exemplars_on_the_lifetime_and_time_to_running_panels() -> None:
+    """From a panel to the job (README): Grafana draws the exemplars of these queries as points."""
+    dashboard = json.loads((CHART_DIR / "files" / "dashboard.json").read_text())
+    flagged = {
+        (panel["title"], target["refId"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if target.get("exemplar") is True
+    }
+    wanted = {
+        (panel["title"], target["refId"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if re.search(r"(lifetime|startup)_seconds_bucket", target["expr"])
+    }
+    assert len(wanted) >= 6 and flagged == wanted
+
+
 def test_dashboard_config_map(render: RenderFn) -> None:
     cm: Obj = render(
         {
