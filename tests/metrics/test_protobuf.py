@@ -278,3 +278,25 @@ def test_exposition_serves_protobuf_gzipped_with_self_telemetry_last() -> None:
     # Self-telemetry changes between scrapes (process CPU, GC): compare the family names.
     assert [f.name for f in decode_delimited(unzipped)] == [f.name for f in decode_delimited(plain)]
     assert len(decode_delimited(unzipped)) > len(decode_delimited(follower.body))
+
+
+def test_a_protobuf_render_is_a_served_render() -> None:
+    """Born at zero and the hand-over read the same holds whatever the format: a protobuf scrape starts and
+    ends holds and tells the served listeners (app/handover/served.py) as a text scrape does."""
+    clock = [10.0]
+    state = TrainerMetricState(zero_hold=1.0, clock=lambda: clock[0])
+    served: list[tuple[float, list[Any]]] = []
+    state.add_served_listener(lambda now, released: served.append((now, released)))
+    event = finished(1, 90.0)
+    state.on_countable(event)
+    state.render_protobuf()
+    assert state.held_series_of(event) is not None and served == [(10.0, [])]
+    clock[0] = 11.0
+    body = state.render_protobuf()
+    assert state.held_series_of(event) is None
+    assert {name for name, _ in served[-1][1]} == {
+        "kubeflow_trainer_trainjob_finished_total",
+        "kubeflow_trainer_trainjob_lifetime_seconds",
+    }
+    (lifetime,) = [f for f in decode_delimited(body) if f.name.endswith("lifetime_seconds")]
+    assert lifetime.metric[0].histogram.sample_count == 1
