@@ -66,6 +66,7 @@ FLAG_SAMPLE: dict[str, list[str]] = {
     "terminal_page_max": ["--terminal-page-max", "77"],
     "handover_journal_size": ["--handover-journal-size", "123456"],
     "zero_hold_seconds": ["--zero-hold-seconds", "30"],
+    "exemplars": ["--no-exemplars"],
     "handover_wait_seconds": ["--handover-wait-seconds", "12.5"],
     "per_trainjob_series": ["--per-trainjob-series"],
     "per_trainjob_namespaces": ["--per-trainjob-namespaces", "team-a"],
