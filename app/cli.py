@@ -8,12 +8,17 @@ import functools
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 from app import __version__
-from app.config import Settings, SettingsError, load_settings
+from app.config import ENV_PREFIX, Settings, SettingsError, load_settings
 from app.serving.logging_setup import configure_logging
 from app.serving.tls import CertificateReloader, TLSConfigError, load_tls
+from app.version import revision, version_line
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +39,9 @@ def startup_line(settings: Settings, tls: CertificateReloader | None) -> str:
         f"auth {'on (TokenReview + SubjectAccessReview)' if settings.auth_enabled else 'off'}, "
         f"TLS {'on (' + str(settings.tls_cert_file) + ')' if tls else 'off'}, "
         f"debug endpoints {'on' if settings.debug_endpoints else 'off'}, "
-        f"leader election {election}" + (", simulated cluster" if settings.simulate else "")
+        f"leader election {election}"
+        + (", simulated cluster" if settings.simulate else "")
+        + f", revision {revision()}"
     )
 
 
@@ -44,50 +51,146 @@ def _probe_listener(settings: Settings) -> str:
     return f"{settings.host}:{settings.probe_port} (http)"
 
 
+# The first setting of each group of `--help`, in the order of Settings' fields.
+_SECTIONS: dict[str, str] = {
+    "kubeconfig": "Kubernetes access",
+    "leader_election": "leader election",
+    "host": "HTTP server",
+    "auth_enabled": "authentication and TLS",
+    "log_level": "logging",
+    "watch_timeout_min_seconds": "informers and limits",
+    "zero_hold_seconds": "counting and hand-over",
+    "per_trainjob_series": "per-TrainJob series",
+    "simulate": "simulated cluster",
+}
+
+
+class _VersionAction(argparse.Action):
+    """--version: the version and the git revision (asked only when the flag is given)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def _scalar_types(annotation: Any) -> list[Any]:
+    """The types a setting's annotation allows, None and Annotated metadata left out."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (Union, UnionType):
+        return [a for a in get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def _metavar(name: str, annotation: Any) -> str:
+    if name == "probe_port":
+        return "N|off"
+    (kind,) = _scalar_types(annotation)
+    if get_origin(kind) is Literal:
+        return "{" + ",".join(str(a) for a in get_args(kind)) + "}"
+    if get_origin(kind) is list:
+        return "A,B,..."
+    if kind is int:
+        return "SECONDS" if name.endswith("_seconds") else "N"
+    if kind is float:
+        return "SECONDS" if name.endswith("_seconds") else "NUMBER"
+    return "PATH" if name in ("kubeconfig", "tls_cert_file", "tls_key_file") else "TEXT"
+
+
+def _default(field: FieldInfo) -> str | None:
+    """The default as --help shows it; None when it is computed (the description says what it is) or
+    means "unset"."""
+    value = field.default
+    if value is None or value is PydanticUndefined:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return _number(value)
+    return str(value)
+
+
+def _bounds(field: FieldInfo) -> str | None:
+    """ "1 to 3600", "at least 0"... from the field's constraints (pydantic keeps them as metadata)."""
+    low: float | None = None
+    high: float | None = None
+    for item in field.metadata:
+        low = getattr(item, "ge", None) if getattr(item, "ge", None) is not None else low
+        high = getattr(item, "le", None) if getattr(item, "le", None) is not None else high
+    if low is None:
+        return None if high is None else f"at most {_number(high)}"
+    if high is None:
+        return f"at least {_number(low)}"
+    return f"{_number(low)} to {_number(high)}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _setting_help(name: str, field: FieldInfo) -> str:
+    text = (field.description or "").strip()
+    tail = f"{ENV_PREFIX}{name.upper()}"
+    bounds = _bounds(field)
+    if bounds is not None:
+        tail += f"; {bounds}"
+    default = _default(field)
+    if default is not None:
+        tail += f"; default {default or '(empty)'}"
+    return f"{text} [{tail}]".replace("%", "%%")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="trainer-metrics",
-        description="Prometheus exporter for Kubeflow Trainer. Every flag has a TRAINER_METRICS_* "
-        "environment variable; flags win.",
+        usage="%(prog)s [--simulate] [--SETTING VALUE ...] (--help lists them all)",
+        description="Prometheus exporter for Kubeflow Trainer. Every setting is a flag and a "
+        "TRAINER_METRICS_* environment variable (in brackets below); a flag wins over its variable. A bad "
+        "value stops start-up with one line naming the setting (exit code 2).",
     )
-    p.add_argument("--version", action="version", version=f"trainer-metrics {__version__}")
     p.add_argument(
-        "--simulate",
-        action="store_true",
-        default=None,
-        help="start the embedded simulated cluster with a workload generator and watch it",
+        "--version", action=_VersionAction, help="print the version and the git revision, and exit"
     )
-    p.add_argument("--host", help="bind address (default 0.0.0.0)")
-    p.add_argument("--port", type=int, help="port (default 8080)")
-    p.add_argument("--probe-port", help="port of the probe-only listener (default 8081; 0: any; off: none)")
-    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
-    p.add_argument("--kube-context", help="kubeconfig context")
-    p.add_argument("--namespaces", help="comma-separated namespaces to watch (default: all)")
-    p.add_argument(
-        "--no-leader-election",
-        dest="leader_election",
-        action="store_false",
-        default=None,
-        help="export from this replica without electing a leader (single replica only)",
-    )
-    p.add_argument("--identity", help="identity in the Lease (default $POD_NAME)")
-    p.add_argument("--lease-name", help="Lease name")
-    p.add_argument("--lease-namespace", help="Lease namespace")
-    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.add_argument("--log-format", choices=["text", "json"])
-    p.add_argument("--sim-jobs", type=int, help="simulate: TrainJobs the generator keeps alive")
-    p.add_argument("--sim-rate", type=float, help="simulate: generator steps per second")
-    p.add_argument("--sim-seed", type=int, help="simulate: random seed")
+    group: argparse._ArgumentGroup | argparse.ArgumentParser = p
+    for name, field in Settings.model_fields.items():
+        if name in _SECTIONS:
+            group = p.add_argument_group(_SECTIONS[name])
+        flag = "--" + name.replace("_", "-")
+        help_text = _setting_help(name, field)
+        if _scalar_types(field.annotation) == [bool]:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            # A string for every value: the settings parse and check it, so a bad one gets the same one-line
+            # message as from the environment.
+            group.add_argument(flag, metavar=_metavar(name, field.annotation), default=None, help=help_text)
+    # The simulated cluster's workload (kubesim.trainer.settings), used with --simulate only.
+    for flag, metavar, text in (
+        ("--sim-jobs", "N", "TrainJobs the generator keeps alive. [{}; 0 to 1000000; default 200]"),
+        ("--sim-rate", "NUMBER", "generator steps per second. [{}; 0 to 10000; default 5]"),
+        ("--sim-seed", "N", "the generator's random seed. [{}; default random]"),
+    ):
+        env = ENV_PREFIX + flag.removeprefix("--").replace("-", "_").upper()
+        group.add_argument(flag, metavar=metavar, help="With --simulate, " + text.format(env))
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_flags(argv: Sequence[str] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The flags given, as (Settings overrides, simulated-workload overrides); flags not given are left out,
+    so their TRAINER_METRICS_* variables (or defaults) apply. Exits on --help, --version, unknown flags."""
     args = _parser().parse_args(argv)
     overrides: dict[str, Any] = {k: v for k, v in vars(args).items() if v is not None}
     # --sim-* flags configure the simulated cluster's workload (kubesim.trainer.settings), not the service.
     sim_overrides = {
         k.removeprefix("sim_"): overrides.pop(k) for k in list(overrides) if k.startswith("sim_")
     }
+    return overrides, sim_overrides
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    overrides, sim_overrides = parse_flags(argv)
     try:
         settings = load_settings(**overrides)
     except SettingsError as exc:

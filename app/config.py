@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         description="Comma-separated namespaces whose TrainJobs and TrainingRuntimes are watched; "
         "empty watches all namespaces.",
     )
+    watch_cluster_runtimes: bool = Field(
+        default=True,
+        description="Watch ClusterTrainingRuntimes (cluster-scoped: reading them needs a ClusterRole). Off: "
+        "no ClusterTrainingRuntime in runtime_info, and a TrainJob of one is counted at once (no wait for "
+        "its runtime) with the nodes and accelerators of its own spec only.",
+    )
 
     # --- Leader election ---------------------------------------------------------------------
     leader_election: bool = Field(default=True, description="Elect one exporting replica through a Lease.")
@@ -177,9 +183,13 @@ class Settings(BaseSettings):
     tls_key_file: str | None = Field(default=None, description="Private key (PEM) for tls_cert_file.")
 
     # --- Logging -----------------------------------------------------------------------------
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="The least severe records written: DEBUG, INFO, WARNING or ERROR."
+    )
     log_format: Literal["text", "json"] = Field(
-        default="text", description="text for people, json for machines."
+        default="text",
+        description="`text`: one readable line per record, for people; `json`: one JSON object per line, "
+        "for log collectors.",
     )
 
     # --- Informers and limits ----------------------------------------------------------------
@@ -222,8 +232,9 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEFAULT_ACCELERATOR_PATTERNS),
         max_length=MAX_ACCELERATOR_PATTERNS,
         description="Comma-separated resource names counted as accelerators (`accelerator_class` label); "
-        "`*` matches any characters (e.g. `nvidia.com/mig-*`). Default: NVIDIA GPUs and MIG slices, AMD and "
-        "Intel GPUs, Google TPUs, Habana Gaudi, AWS Neuron.",
+        "`*` matches any characters (e.g. `nvidia.com/mig-*`). Default: the device resources of NVIDIA "
+        "GPUs (also shared, and MIG slices), AMD and Intel GPUs, Google TPUs, Habana Gaudi, AWS Neuron. A "
+        "quantity that is not a whole count (`8G`, `500m`) never counts, whatever the pattern.",
     )
     max_accelerator_classes: int = Field(
         default=32,
@@ -264,6 +275,13 @@ class Settings(BaseSettings):
         "its real values, so every Prometheus whose scrape interval is at most this long stores the 0 first "
         "(PromQL never counts a series' first sample). At least the scrape interval; 2x tolerates one "
         "failed scrape.",
+    )
+    # README, "From a panel to the job": the TrainJob behind each histogram bucket and counter.
+    exemplars: bool = Field(
+        default=True,
+        description="Attach to every Trainer histogram bucket and to the created and finished counters the "
+        "TrainJob (namespace, name, uid) of its last observation, as an exemplar, in the OpenMetrics and "
+        "protobuf expositions.",
     )
     handover_wait_seconds: float | None = Field(
         default=None,

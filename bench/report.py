@@ -73,6 +73,17 @@ ROWS: tuple[Row, ...] = (
         target=10.0,
     ),
     Row("P4", "OpenMetrics p50 big ÷ p50 small", "p4_om_ratio", "x", op="<=", target=1.2),
+    Row("P4", "`/metrics` p50, protobuf (native histograms) + gzip, big", "p4_pb_p50", "ms", scale=1000),
+    Row(
+        "P4",
+        "`/metrics` p99, protobuf (Prometheus' native-histograms Accept) + gzip, big",
+        "p4_pb_p99",
+        "ms",
+        scale=1000,
+        op="<=",
+        target=10.0,
+    ),
+    Row("P4", "protobuf p50 big ÷ p50 small", "p4_pb_ratio", "x", op="<=", target=1.2),
     Row(
         "P3",
         "per-TrainJob series on: RSS after sync at the big cluster",

@@ -36,6 +36,13 @@ PROM_DEFAULT = {
     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
     "Accept-Encoding": "gzip",
 }
+PROM_PROTOBUF = {
+    # Prometheus 2.42 with --enable-feature=native-histograms (protobuf first; 2.49+: scrape_protocols).
+    "Accept": "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,"
+    "application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
 
 
 @dataclass
@@ -429,6 +436,8 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
             res.fig("p4_small_p50").add(percentile(lat, 50))
             lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_DEFAULT))
             res.fig("p4_small_om_p50").add(percentile(lat, 50))
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_PROTOBUF))
+            res.fig("p4_small_pb_p50").add(percentile(lat, 50))
             service.stop()
         p6_freshness(sizes, work, res, info1)
     finally:
@@ -463,6 +472,10 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
             res.fig("p4_om_p50").add(percentile(lat, 50))
             res.fig("p4_om_p99").add(percentile(lat, 99))
             res.fig("p4_om_ratio").add(percentile(lat, 50) / res.fig("p4_small_om_p50").median)
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_PROTOBUF))
+            res.fig("p4_pb_p50").add(percentile(lat, 50))
+            res.fig("p4_pb_p99").add(percentile(lat, 99))
+            res.fig("p4_pb_ratio").add(percentile(lat, 50) / res.fig("p4_small_pb_p50").median)
             time.sleep(settle)
             c0, t0 = cpu_seconds(service.pid), time.monotonic()
             time.sleep(sizes.idle_seconds)

@@ -33,8 +33,9 @@ class RuntimeEntry(BaseModel):
     framework: str
     num_nodes: int | None = Field(description="spec.mlPolicy.numNodes as given (None: defaults to 1).")
     default_nodes: int = Field(
-        description="Nodes a TrainJob without numNodes gets: mlPolicy.numNodes (default 1), or without an "
-        "mlPolicy the trainer job's parallelism (default 1)."
+        description="Training nodes a TrainJob without numNodes gets: mlPolicy.numNodes (default 1), or "
+        "without an mlPolicy the trainer job's parallelism (default 1); with MPI runLauncherAsNode, the "
+        "launcher too."
     )
     accelerator_class: str = Field(
         description="Trainer container accelerator resource (the first by name when several), or none."

@@ -82,14 +82,23 @@ def build_router() -> APIRouter:
         "/metrics",
         tags=["metrics"],
         response_class=Response,
-        responses={200: {"content": {"text/plain": {}, "application/openmetrics-text": {}}}},
+        responses={
+            200: {
+                "content": {
+                    "text/plain": {},
+                    "application/openmetrics-text": {},
+                    "application/vnd.google.protobuf": {},
+                }
+            }
+        },
     )
     async def metrics(
         service: RunningService,
         accept: Annotated[str | None, Header()] = None,
         accept_encoding: Annotated[str | None, Header()] = None,
     ) -> Response:
-        """Prometheus exposition: text 0.0.4, OpenMetrics if the Accept header asks, gzip if accepted."""
+        """Prometheus exposition: text 0.0.4, OpenMetrics (with exemplars) or protobuf (native histograms), by
+        the Accept header's q-values; gzip if accepted."""
         body, headers = await _started(service).render_metrics(accept, accept_encoding)
         return Response(content=body, headers=headers)
 

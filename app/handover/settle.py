@@ -18,7 +18,7 @@ from app.kube.client import KubeClient
 from app.kube.exact_list import list_at
 from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
 from app.trainer.kinds import TRAINJOBS
-from app.trainer.projectors import TRAINJOB_PROJECTOR
+from app.trainer.projectors import TRAINJOB_PROJECTOR, TrainJobProjector
 from app.trainer.rules import RUNNING
 
 __all__ = [
@@ -60,16 +60,22 @@ def counted_before(event: CountableEvent, terminal_at_floor: Mapping[str, int]) 
 
 
 async def terminal_at(
-    client: KubeClient, namespace: str | None, resource_version: int, *, page_size: int
+    client: KubeClient,
+    namespace: str | None,
+    resource_version: int,
+    *,
+    page_size: int,
+    projector: TrainJobProjector = TRAINJOB_PROJECTOR,
 ) -> dict[str, int]:
     """uid -> AT_FLOOR_* bits (terminal, running, resumed), for every TrainJob as it was at
-    ``resource_version``."""
+    ``resource_version``, each projected by ``projector`` (the informers' own, so that running means what
+    it meant to them: the training step found through the runtimes they know)."""
     out: dict[str, int] = {}
     items = list_at(
         client, TRAINJOBS, namespace, resource_version, page_size=page_size, timeout=_PAGE_TIMEOUT
     )
     async for item in items:
-        job = TRAINJOB_PROJECTOR.from_json(item)
+        job = projector.from_json(item)
         if job is not None:
             out[job.uid] = (
                 (AT_FLOOR_TERMINAL if job.result else 0)
@@ -89,11 +95,17 @@ class HeldEdgeSettler:
     """
 
     def __init__(
-        self, journal: CountJournal, client: Callable[[], KubeClient | None], *, page_size: int
+        self,
+        journal: CountJournal,
+        client: Callable[[], KubeClient | None],
+        *,
+        page_size: int,
+        projector: TrainJobProjector = TRAINJOB_PROJECTOR,
     ) -> None:
         self._journal = journal
         self._client = client
         self._page_size = page_size
+        self.projector = projector  # the TrainJob informers' (Service sets it once they are built)
         self._task: asyncio.Task[None] | None = None
 
     def schedule(self) -> None:
@@ -136,7 +148,9 @@ class HeldEdgeSettler:
             client = self._client()
             if client is None:
                 raise RuntimeError("not connected to the Kubernetes API")
-            return await terminal_at(client, namespace, floor, page_size=self._page_size)
+            return await terminal_at(
+                client, namespace, floor, page_size=self._page_size, projector=self.projector
+            )
         except Exception as exc:
             log.warning(
                 "could not read the TrainJobs at the hand-over watermark %s (%s): counting %d "

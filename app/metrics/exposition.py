@@ -1,9 +1,19 @@
 """The ``/metrics`` body: self-telemetry of every replica plus the Trainer metrics while leading.
 
-Content negotiation follows prometheus_client's ``choose_encoder``: OpenMetrics 1.0 when an
-``Accept`` item asks for ``application/openmetrics-text`` (no version or version >= 1.0.0, q > 0),
-else the text format 0.0.4. The body is gzip-compressed (level 1: fastest, and metric text still
-compresses ~20x) when ``Accept-Encoding`` accepts gzip.
+Content negotiation (``negotiate``): three formats, chosen by the ``Accept`` header's q-values, a tie going
+to protobuf, then OpenMetrics, then text:
+
+* protobuf, delimited ``io.prometheus.client.MetricFamily`` (app/metrics/protobuf.py, the Trainer
+  histograms as native histograms with their classic buckets): ``application/vnd.google.protobuf`` with
+  ``proto=io.prometheus.client.MetricFamily`` and ``encoding=delimited``. Prometheus sends it first
+  (q=1, OpenMetrics q=0.8) with ``--enable-feature=native-histograms`` (2.42), or with ``PrometheusProto``
+  first in its ``scrape_protocols`` (2.49+: q=0.6 and down);
+* OpenMetrics 1.0: ``application/openmetrics-text`` with no version or version >= 1.0.0 (as
+  prometheus_client: 0.0.1 is the old draft, served as text). Prometheus' default, first;
+* text 0.0.4: ``text/plain`` (any version), ``*/*`` or ``text/*``, and whatever matches nothing (curl).
+
+A media type with q=0 is refused; a malformed q counts as 1. The body is gzip-compressed (level 1:
+fastest, and metric text still compresses ~20x) when ``Accept-Encoding`` accepts gzip.
 
 Body layout: the Trainer part first, then self-telemetry, then (OpenMetrics only) the one ``# EOF``.
 The Trainer part comes first so its gzip encoding can be cached: a gzip member is a raw deflate
@@ -38,19 +48,32 @@ from prometheus_client import exposition as _text_exposition
 from prometheus_client.openmetrics import exposition as _om_exposition
 from prometheus_client.registry import Collector
 
+from app.metrics.family import Format
+from app.metrics.protobuf import CONTENT_TYPE_PROTOBUF, encode_registry
+
 __all__ = [
     "CONTENT_TYPE_OPENMETRICS",
+    "CONTENT_TYPE_PROTOBUF",
     "CONTENT_TYPE_TEXT",
+    "Format",
     "MetricsExposition",
     "MetricsResponse",
     "TrainerSource",
     "accepts_gzip",
+    "negotiate",
     "wants_openmetrics",
 ]
 
 CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+_CONTENT_TYPES = {
+    Format.TEXT: CONTENT_TYPE_TEXT,
+    Format.OPENMETRICS: CONTENT_TYPE_OPENMETRICS,
+    Format.PROTOBUF: CONTENT_TYPE_PROTOBUF,
+}
 _EOF = b"# EOF\n"
+_PROTOBUF_MEDIA = "application/vnd.google.protobuf"
+_PROTOBUF_PROTO = "io.prometheus.client.metricfamily"  # compared lower-cased
 
 # prometheus_client ships these untyped; pin their types once here for mypy --strict.
 _generate_text: Callable[[Collector], bytes] = _text_exposition.generate_latest
@@ -75,6 +98,10 @@ class TrainerSource(Protocol):
         """OpenMetrics 1.0 families without the final ``# EOF``."""
         ...
 
+    def render_protobuf(self) -> bytes:
+        """Delimited protobuf MetricFamily messages."""
+        ...
+
 
 class MetricsResponse(NamedTuple):
     body: bytes
@@ -97,11 +124,16 @@ def _parse_params(item: str) -> tuple[str, dict[str, str]]:
     return media.strip().lower(), values
 
 
-def _q_positive(params: dict[str, str]) -> bool:
+def _q(params: dict[str, str]) -> float:
     try:
-        return float(params.get("q", "1")) > 0
+        q = float(params.get("q", "1"))
     except ValueError:
-        return True  # a malformed q is ignored, as if absent
+        return 1.0  # a malformed q is ignored, as if absent
+    return q if 0.0 <= q <= 1.0 else 1.0
+
+
+def _q_positive(params: dict[str, str]) -> bool:
+    return _q(params) > 0
 
 
 def _version_at_least_1(version: str) -> bool:
@@ -109,19 +141,38 @@ def _version_at_least_1(version: str) -> bool:
     return head.isdigit() and int(head) >= 1
 
 
-def wants_openmetrics(accept: str | None) -> bool:
-    """True when ``Accept`` lists OpenMetrics 1.x (or unversioned) with q > 0."""
-    if not accept:
-        return False
-    for item in accept.split(","):
-        media, params = _parse_params(item)
-        if media != "application/openmetrics-text" or not _q_positive(params):
-            continue
+def _format_of(media: str, params: dict[str, str]) -> Format | None:
+    """The format an Accept item asks for, or None (a type we do not serve)."""
+    if media == _PROTOBUF_MEDIA:
+        proto = params.get("proto", "").lower()
+        return Format.PROTOBUF if proto == _PROTOBUF_PROTO and params.get("encoding") == "delimited" else None
+    if media == "application/openmetrics-text":
         version = params.get("version")
         # Like prometheus_client: no version means the latest; 0.0.1 (old Prometheus) gets text.
-        if version is None or _version_at_least_1(version):
-            return True
-    return False
+        return Format.OPENMETRICS if version is None or _version_at_least_1(version) else None
+    if media in ("text/plain", "text/*", "*/*"):
+        return Format.TEXT
+    return None
+
+
+def negotiate(accept: str | None) -> Format:
+    """The format for an ``Accept`` header: the highest q among those asked for (the module docstring)."""
+    if not accept:
+        return Format.TEXT
+    best: dict[Format, float] = {}
+    for item in accept.split(","):
+        media, params = _parse_params(item)
+        fmt = _format_of(media, params)
+        if fmt is not None:
+            best[fmt] = max(best.get(fmt, 0.0), _q(params))
+    # Ties go to the richer format: protobuf (native histograms), then OpenMetrics (exemplars).
+    chosen = max(best.items(), key=lambda kv: (kv[1], kv[0]), default=(Format.TEXT, 0.0))
+    return chosen[0] if chosen[1] > 0 else Format.TEXT
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """True when ``negotiate`` picks OpenMetrics for ``Accept``."""
+    return negotiate(accept) is Format.OPENMETRICS
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
@@ -148,7 +199,7 @@ class MetricsExposition:
         self._registry = registry
         self._gzip_level = gzip_level
         self._source: TrainerSource | None = None
-        self._segments: dict[bool, _Segment] = {}  # by openmetrics?, for the current source
+        self._segments: dict[Format, _Segment] = {}  # by format, for the current source
 
     @property
     def trainer_source(self) -> TrainerSource | None:
@@ -160,18 +211,18 @@ class MetricsExposition:
 
     def build_metrics_response(self, accept: str | None, accept_encoding: str | None) -> MetricsResponse:
         """The response for one scrape, built synchronously (compression included)."""
-        return self._build(wants_openmetrics(accept), accepts_gzip(accept_encoding))
+        return self._build(negotiate(accept), accepts_gzip(accept_encoding))
 
     async def build_metrics_response_async(
         self, accept: str | None, accept_encoding: str | None
     ) -> MetricsResponse:
-        """Like :meth:`build_metrics_response`, compressing a large changed Trainer text off the loop."""
-        openmetrics = wants_openmetrics(accept)
+        """Like :meth:`build_metrics_response`, compressing a large changed Trainer part off the loop."""
+        fmt = negotiate(accept)
         if not accepts_gzip(accept_encoding):
-            return self._finish(openmetrics, self._trainer_part(openmetrics), None)
+            return self._finish(fmt, self._trainer_part(fmt), None)
         source = self._source
-        trainer = self._trainer_part(openmetrics)
-        segment = self._cached_segment(openmetrics, trainer)
+        trainer = self._trainer_part(fmt)
+        segment = self._cached_segment(fmt, trainer)
         if segment is None:
             if len(trainer) >= _THREAD_MIN_BYTES:
                 # `trainer` is immutable bytes: the loop may change the state meanwhile, safely.
@@ -179,52 +230,53 @@ class MetricsExposition:
                 if self._source is not source:
                     # Leadership changed while compressing: answer for the new situation (a
                     # follower must not serve Trainer metrics rendered a moment ago as leader).
-                    return self._build(openmetrics, True)
+                    return self._build(fmt, True)
             else:
                 segment = _deflate_segment(trainer, self._gzip_level)
-            segment = self._store_segment(openmetrics, segment)
-        return self._finish(openmetrics, trainer, segment)
+            segment = self._store_segment(fmt, segment)
+        return self._finish(fmt, trainer, segment)
 
     # --- internals ---------------------------------------------------------------------------------
 
-    def _build(self, openmetrics: bool, gzip: bool) -> MetricsResponse:
-        trainer = self._trainer_part(openmetrics)
+    def _build(self, fmt: Format, gzip: bool) -> MetricsResponse:
+        trainer = self._trainer_part(fmt)
         if not gzip:
-            return self._finish(openmetrics, trainer, None)
-        segment = self._cached_segment(openmetrics, trainer)
+            return self._finish(fmt, trainer, None)
+        segment = self._cached_segment(fmt, trainer)
         if segment is None:
-            segment = self._store_segment(openmetrics, _deflate_segment(trainer, self._gzip_level))
-        return self._finish(openmetrics, trainer, segment)
+            segment = self._store_segment(fmt, _deflate_segment(trainer, self._gzip_level))
+        return self._finish(fmt, trainer, segment)
 
-    def _trainer_part(self, openmetrics: bool) -> bytes:
+    def _trainer_part(self, fmt: Format) -> bytes:
         source = self._source
         if source is None:
             return b""
-        return source.render_openmetrics() if openmetrics else source.render_text()
+        if fmt is Format.PROTOBUF:
+            return source.render_protobuf()
+        return source.render_openmetrics() if fmt is Format.OPENMETRICS else source.render_text()
 
-    def _self_part(self, openmetrics: bool) -> bytes:
-        if openmetrics:
+    def _self_part(self, fmt: Format) -> bytes:
+        if fmt is Format.OPENMETRICS:
             # Ends with the body's one "# EOF": the self part is last (see the module docstring).
             body = _generate_openmetrics(self._registry)
             return body if body.endswith(_EOF) else body + _EOF
+        if fmt is Format.PROTOBUF:
+            return encode_registry(self._registry)
         return _generate_text(self._registry)
 
-    def _cached_segment(self, openmetrics: bool, trainer: bytes) -> _Segment | None:
-        cached = self._segments.get(openmetrics)
+    def _cached_segment(self, fmt: Format, trainer: bytes) -> _Segment | None:
+        cached = self._segments.get(fmt)
         if cached is not None and cached.source is trainer:
             return cached
         return None
 
-    def _store_segment(self, openmetrics: bool, segment: _Segment) -> _Segment:
-        self._segments[openmetrics] = segment
+    def _store_segment(self, fmt: Format, segment: _Segment) -> _Segment:
+        self._segments[fmt] = segment
         return segment
 
-    def _finish(self, openmetrics: bool, trainer: bytes, segment: _Segment | None) -> MetricsResponse:
-        tail = self._self_part(openmetrics)  # self-telemetry (and # EOF): fresh on every scrape
-        headers = {
-            "Content-Type": CONTENT_TYPE_OPENMETRICS if openmetrics else CONTENT_TYPE_TEXT,
-            "Vary": "Accept, Accept-Encoding",
-        }
+    def _finish(self, fmt: Format, trainer: bytes, segment: _Segment | None) -> MetricsResponse:
+        tail = self._self_part(fmt)  # self-telemetry (and # EOF): fresh on every scrape
+        headers = {"Content-Type": _CONTENT_TYPES[fmt], "Vary": "Accept, Accept-Encoding"}
         if segment is None:
             return MetricsResponse(trainer + tail, headers)
         compressor = zlib.compressobj(self._gzip_level, zlib.DEFLATED, -zlib.MAX_WBITS)

@@ -1,6 +1,13 @@
 """``Family``: the machinery every cached family kind shares: series chunks grouped in blocks, the dirty
 series to re-render, and the born-at-zero hold (see app/metrics/series.py for why each exists).
 
+Formats. A series has one chunk per exposition format it renders differently in (``Format``): the text
+format 0.0.4, OpenMetrics, and protobuf. OpenMetrics shares the text chunk unless the family carries
+exemplars (``enable_exemplars``: the text format has none). A format's chunks are rendered only once a
+scrape asked for that format (``bodies(fmt)``: then every series at once, and from then on each touched
+series at every flush), so a format nobody scrapes costs nothing; all formats share the blocks, the dirty
+set and the hold.
+
 Its own module because the three family kinds (app/metrics/families.py) and app/metrics/per_job.py's
 gauges build on it, while the kinds differ only in their numbers and how one series renders.
 Everything here runs on the event loop thread: there is no lock.
@@ -9,42 +16,66 @@ Everything here runs on the event loop thread: there is no lock.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from enum import IntEnum
 
 from prometheus_client.metrics_core import Metric
 
+from app.metrics import protobuf as pb
 from app.metrics.formatting import LabelValues, escape_help, escape_label_value
 
-__all__ = ["Family"]
+__all__ = ["Family", "Format"]
+
+
+class Format(IntEnum):
+    """The exposition formats a family renders."""
+
+    TEXT = 0  # text format 0.0.4
+    OPENMETRICS = 1  # OpenMetrics 1.0 (without the final # EOF)
+    PROTOBUF = 2  # delimited io.prometheus.client.MetricFamily
+
+
+_PB_TYPES = {
+    "counter": pb.MetricType.COUNTER,
+    "gauge": pb.MetricType.GAUGE,
+    "histogram": pb.MetricType.HISTOGRAM,
+}
 
 
 class _Block:
-    """A run of consecutive series of one family and their joined text.
+    """A run of consecutive series of one family and their joined chunks, per slot (a slot per format the
+    family renders differently in).
 
     Why blocks: joining tens of thousands of small chunks scattered over the heap is slow (cache and
     TLB misses: ~5-10 ms for 7 MB measured, against ~1 ms from a few thousand contiguous blocks).
     A change re-joins only the blocks it touched; a scrape joins the blocks."""
 
-    __slots__ = ("body", "chunks")
+    __slots__ = ("bodies", "chunks")
 
-    def __init__(self) -> None:
-        self.chunks: dict[LabelValues, bytes] = {}
-        self.body: bytes | None = None
+    def __init__(self, slots: int) -> None:
+        # Every slot's dict holds every series of the block, in the same order (b"" until rendered).
+        self.chunks: list[dict[LabelValues, bytes]] = [{} for _ in range(slots)]
+        self.bodies: list[bytes | None] = [None] * slots
 
 
 class Family:
     """One metric family: a rendered chunk per series, grouped in blocks, and the series to re-render."""
 
     __slots__ = (
+        "_active",
         "_block_of",
         "_block_series",
         "_blocks",
         "_dirty",
+        "_exemplars_on",
         "_held",
         "_holds",
         "_order",
+        "_pb_labels_cache",
         "_prefixes",
         "_releases",
+        "_renderers",
+        "_slot_of",
         "_unserved",
         "changed",
         "documentation",
@@ -52,6 +83,7 @@ class Family:
         "label_names",
         "name",
         "om_header",
+        "pb_header",
     )
 
     def __init__(
@@ -66,6 +98,18 @@ class Family:
         om_name = name.removesuffix("_total") if mtype == "counter" else name
         om_help = escape_help(documentation).replace('"', r"\"")
         self.om_header = f"# HELP {om_name} {om_help}\n# TYPE {om_name} {mtype}\n".encode()
+        # Protobuf: the family name is the text format's (counters with _total), the help unescaped.
+        self.pb_header = pb.family_header(name, documentation, _PB_TYPES[mtype])
+        # Format -> slot of the chunks it is rendered from, and per slot (render, render zero). OpenMetrics
+        # reads the text chunks until enable_exemplars gives it a slot of its own.
+        self._slot_of = [0, 0, 1]
+        self._renderers: list[tuple[Callable[[LabelValues], bytes], Callable[[LabelValues], bytes]]] = [
+            (self._render_series, self._render_zero),
+            (self._render_protobuf, self._render_zero_protobuf),
+        ]
+        self._active: list[int] = []  # slots a scrape asked for: kept rendered
+        self._exemplars_on = False
+        self._pb_labels_cache: dict[LabelValues, bytes] | None = {}
         # The text format lists labels sorted by name; keys keep the declared order.
         self._order = sorted(range(len(self.label_names)), key=lambda i: self.label_names[i])
         # A new series always goes to the last block, and the state dicts of the subclasses insert
@@ -86,6 +130,15 @@ class Family:
 
     def __len__(self) -> int:
         return len(self._block_of)
+
+    def enable_exemplars(self) -> None:
+        """Render OpenMetrics from chunks of its own (``_render_openmetrics``: the text with exemplars).
+        Before the first series is added."""
+        if self._blocks or len(self._renderers) > 2:
+            raise RuntimeError("enable_exemplars before any series, once")
+        self._slot_of = [0, 1, 2]
+        self._renderers.insert(1, (self._render_openmetrics, self._render_zero_openmetrics))
+        self._exemplars_on = True
 
     def enable_hold(self) -> None:
         """Render every series added from now on as zeros until ``serve`` releases it."""
@@ -110,6 +163,7 @@ class Family:
             key = releases.popleft()[1]
             self._held.discard(key)
             self._dirty.add(key)
+            self._released(key)
             released.append(key)
         if released:
             self.changed = True
@@ -119,12 +173,16 @@ class Family:
             self._unserved = []
         return released
 
+    def _released(self, key: LabelValues) -> None:
+        """``key``'s hold ended (kinds that keep something for held series drop it here)."""
+
     def _add_series(self, key: LabelValues) -> None:
         blocks = self._blocks
-        if not blocks or len(blocks[-1].chunks) >= self._block_series:
-            blocks.append(_Block())
+        if not blocks or len(blocks[-1].chunks[0]) >= self._block_series:
+            blocks.append(_Block(len(self._renderers)))
         block = blocks[-1]
-        block.chunks[key] = b""  # placeholder holding the key's position; rendered at the next scrape
+        for chunks in block.chunks:
+            chunks[key] = b""  # placeholder holding the key's position; rendered at the next flush
         self._block_of[key] = block
         if self._holds:
             self._held.add(key)
@@ -132,10 +190,13 @@ class Family:
 
     def _drop_series(self, key: LabelValues) -> None:
         self._prefixes.pop(key, None)
+        if self._pb_labels_cache is not None:
+            self._pb_labels_cache.pop(key, None)
         block = self._block_of.pop(key)
-        del block.chunks[key]
-        block.body = None
-        if not block.chunks:
+        for slot, chunks in enumerate(block.chunks):
+            del chunks[key]
+            block.bodies[slot] = None
+        if not block.chunks[0]:
             self._blocks.remove(block)  # O(blocks), only when a block empties
         self._dirty.discard(key)
         self.changed = True
@@ -145,6 +206,8 @@ class Family:
         self._block_of = {}
         self._dirty = set()
         self._prefixes = {}
+        if self._pb_labels_cache is not None:
+            self._pb_labels_cache = {}
         self._held = set()
         self._unserved = []
         self._releases = deque()
@@ -152,8 +215,8 @@ class Family:
 
     def touch(self, key: LabelValues) -> None:
         """Re-render ``key`` at the next flush; also for numbers its owner changed in place."""
-        if key in self._held and self._block_of[key].chunks[key]:
-            return  # its zero text is rendered already and stays until the release
+        if key in self._held and self._active and self._block_of[key].chunks[self._active[0]][key]:
+            return  # its zero chunks are rendered already and stay until the release
         self._dirty.add(key)
         self.changed = True
 
@@ -174,6 +237,21 @@ class Family:
             prefix = self._prefixes[key] = f"{self.name}{self._labelstr(key)} ".encode()
         return prefix
 
+    def _pb_labels(self, key: LabelValues) -> bytes:
+        """The series' label pairs as protobuf fields, sorted by name; cached per series unless the family
+        turns the cache off (the per-TrainJob gauges: thousands of series, most rendered once)."""
+        cache = self._pb_labels_cache
+        if cache is not None:
+            labels = cache.get(key)
+            if labels is None:
+                labels = cache[key] = self._pb_label_pairs(key)
+            return labels
+        return self._pb_label_pairs(key)
+
+    def _pb_label_pairs(self, key: LabelValues) -> bytes:
+        names = self.label_names
+        return pb.label_pairs((names[i], key[i]) for i in self._order)
+
     def _render_series(self, key: LabelValues) -> bytes:
         raise NotImplementedError
 
@@ -181,33 +259,71 @@ class Family:
         """The series with every value 0 (born at zero); only families with a hold use it."""
         raise NotImplementedError
 
+    def _render_openmetrics(self, key: LabelValues) -> bytes:
+        """The series in OpenMetrics with its exemplars (families that ``enable_exemplars``)."""
+        raise NotImplementedError
+
+    def _render_zero_openmetrics(self, key: LabelValues) -> bytes:
+        raise NotImplementedError
+
+    def _render_protobuf(self, key: LabelValues) -> bytes:
+        """The series as one Metric field of its MetricFamily (``pb.metric_field``)."""
+        raise NotImplementedError
+
+    def _render_zero_protobuf(self, key: LabelValues) -> bytes:
+        raise NotImplementedError
+
     def metric(self) -> Metric:
         """The family as a prometheus_client metric family, series in the same order as the text."""
         raise NotImplementedError
 
     def flush(self) -> None:
-        """Re-render the dirty series and re-join the blocks they are in."""
+        """Re-render the dirty series in every active slot and re-join the blocks they are in."""
         if not self._dirty:
             return
+        active = self._active
+        if not active:
+            return  # nothing rendered yet: the first scrape renders every series of its format
         block_of = self._block_of
-        render = self._render_series
         held = self._held
+        renderers = [(slot, *self._renderers[slot]) for slot in active]
         blocks: dict[int, _Block] = {}
         for key in self._dirty:
             block = block_of[key]
-            block.chunks[key] = self._render_zero(key) if key in held else render(key)
+            zero = key in held
+            for slot, render, render_zero in renderers:
+                block.chunks[slot][key] = render_zero(key) if zero else render(key)
             blocks[id(block)] = block
         self._dirty.clear()
         for block in blocks.values():
-            block.body = b"".join(block.chunks.values())
+            for slot in active:
+                block.bodies[slot] = b"".join(block.chunks[slot].values())
 
-    def bodies(self) -> list[bytes]:
-        """The joined blocks, up to date. The caller puts the header before them."""
+    def bodies(self, fmt: Format = Format.TEXT) -> list[bytes]:
+        """The joined blocks of ``fmt``, up to date. The caller puts the header before them."""
+        slot = self._slot_of[fmt]
+        if slot not in self._active:
+            self._activate(slot)
         self.flush()
         out = []
         for block in self._blocks:
-            body = block.body
+            body = block.bodies[slot]
             if body is None:  # a series was dropped from it
-                body = block.body = b"".join(block.chunks.values())
+                body = block.bodies[slot] = b"".join(block.chunks[slot].values())
             out.append(body)
         return out
+
+    def _activate(self, slot: int) -> None:
+        """A scrape asks for a format for the first time: render every series in its slot (flush renders
+        the dirty ones in it from now on)."""
+        render, render_zero = self._renderers[slot]
+        held = self._held
+        dirty = self._dirty
+        for block in self._blocks:
+            chunks = block.chunks[slot]
+            for key in chunks:
+                # A dirty series is rendered by the flush that follows, in every active slot.
+                if key not in dirty:
+                    chunks[key] = render_zero(key) if key in held else render(key)
+            block.bodies[slot] = None
+        self._active.append(slot)

@@ -40,6 +40,7 @@ from typing import Any, Final
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from app.metrics import protobuf as pb
 from app.metrics.series import Family, LabelValues, floatToGoString
 from app.trainer import rules
 from app.trainer.progress import TrainerProgress
@@ -80,6 +81,10 @@ class ValueGaugeFamily(Family):
 
     def _render_series(self, key: LabelValues) -> bytes:
         return f"{self.name}{self._labelstr(key)} {floatToGoString(self.values[key])}\n".encode()
+
+    def _render_protobuf(self, key: LabelValues) -> bytes:
+        gauge = pb.field_bytes(pb.METRIC_GAUGE, pb.field_double(1, self.values[key]))
+        return pb.metric_field(self._pb_label_pairs(key) + gauge)  # labels not cached: see the docstring
 
     def metric(self) -> Metric:
         family = GaugeMetricFamily(self.name, self.documentation, labels=self.label_names)

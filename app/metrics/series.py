@@ -26,8 +26,11 @@ time. ``metric()`` (the prometheus_client view) always gives the real values.
 The text is byte-for-byte what ``prometheus_client.generate_latest`` prints for the same state
 (label order, float formatting, escaping, histogram sample order), and the OpenMetrics rendering
 byte-for-byte what ``prometheus_client.openmetrics.exposition.generate_latest`` prints (minus its
-``# EOF``): ``Family.metric()`` gives the same state as prometheus_client metric families, which the
-tests render for comparison. Both formats share the series chunks: only family headers differ.
+``# EOF``), exemplars included: ``Family.metric()`` gives the same state as prometheus_client metric
+families, which the tests render for comparison. The two text formats share the series chunks (only
+family headers differ) unless the family carries exemplars. The protobuf exposition (app/metrics/protobuf.py,
+native histograms included) is a third chunk per series, cached, flushed and joined the same way, rendered
+only once a scrape asked for it (app/metrics/family.py, "Formats").
 
 Everything here runs on the event loop thread: there is no lock, so do not call it from a thread pool.
 """
@@ -40,13 +43,15 @@ from prometheus_client.metrics_core import Metric
 
 # The engine's parts live in their own modules (formatting, family, families); this module is where
 # callers import them from, and where the families are joined into one cached body.
+from app.metrics import protobuf as pb
 from app.metrics.families import CounterFamily, GaugeFamily, HistogramFamily
-from app.metrics.family import Family
+from app.metrics.family import Family, Format
 from app.metrics.formatting import LabelValues, escape_label_value, floatToGoString
 
 __all__ = [
     "CounterFamily",
     "Family",
+    "Format",
     "GaugeFamily",
     "HistogramFamily",
     "LabelValues",
@@ -57,13 +62,13 @@ __all__ = [
 
 
 class SeriesCache:
-    """Families in exposition order, with their joined bodies cached until the next change.
+    """Families in exposition order, with their joined bodies cached (per format) until the next change.
 
     The owner calls ``changed()`` after updating a series (on the per-event path: one call) and
     ``invalidate()`` when something a render reads lazily went stale without a series changing yet.
     """
 
-    __slots__ = ("_changes", "_flush_every", "_openmetrics", "_text", "families")
+    __slots__ = ("_bodies", "_changes", "_flush_every", "families")
 
     def __init__(self, families: Sequence[Family], *, flush_every: int) -> None:
         """``flush_every``: re-render touched series after this many changes (0: only at scrape).
@@ -78,16 +83,14 @@ class SeriesCache:
         self.families: tuple[Family, ...] = tuple(families)
         self._flush_every = flush_every
         self._changes = 0
-        self._text: bytes | None = None
-        self._openmetrics: bytes | None = None
+        self._bodies: list[bytes | None] = [None] * len(Format)
 
     @property
     def series_count(self) -> int:
         return sum(len(f) for f in self.families)
 
     def changed(self) -> None:
-        self._text = None
-        self._openmetrics = None
+        self.invalidate()
         if not self._flush_every:
             return
         self._changes += 1
@@ -97,32 +100,41 @@ class SeriesCache:
                 family.flush()
 
     def invalidate(self) -> None:
-        self._text = None
-        self._openmetrics = None
+        bodies = self._bodies
+        bodies[0] = bodies[1] = bodies[2] = None
 
     def text(self) -> bytes:
         """Every family in the text format 0.0.4; the same object while nothing changed."""
-        text = self._text
-        if text is None:
-            text = self._text = self._join(openmetrics=False)
-        return text
+        return self.render(Format.TEXT)
 
     def openmetrics(self) -> bytes:
         """Every family in OpenMetrics 1.0, without the final ``# EOF`` (the caller ends the body)."""
-        body = self._openmetrics
+        return self.render(Format.OPENMETRICS)
+
+    def protobuf(self) -> bytes:
+        """Every family with series as a delimited MetricFamily (empty families are left out)."""
+        return self.render(Format.PROTOBUF)
+
+    def render(self, fmt: Format) -> bytes:
+        body = self._bodies[fmt]
         if body is None:
-            body = self._openmetrics = self._join(openmetrics=True)
+            body = self._bodies[fmt] = self._join(fmt)
         return body
 
     def metrics(self) -> Iterator[Metric]:
         for family in self.families:
             yield family.metric()
 
-    def _join(self, *, openmetrics: bool) -> bytes:
+    def _join(self, fmt: Format) -> bytes:
         # One join over every header and block: unchanged blocks are not copied twice.
         parts: list[bytes] = []
         for family in self.families:
-            parts.append(family.om_header if openmetrics else family.header)
-            parts.extend(family.bodies())
+            bodies = family.bodies(fmt)
             family.changed = False
+            if fmt is Format.PROTOBUF:
+                if bodies:  # Prometheus skips an empty MetricFamily; client_golang does not send one
+                    parts.extend(pb.delimited(family.pb_header, bodies))
+            else:
+                parts.append(family.om_header if fmt is Format.OPENMETRICS else family.header)
+                parts.extend(bodies)
         return b"".join(parts)

@@ -13,7 +13,13 @@ zero (``reset_counts``): a term's series are new to Prometheus (the leader's ``p
 replica that leads again must not show what its earlier term counted but nobody saw, since the next
 leader counted those again. Listeners (``add_served_listener``) learn of every served render and of
 the series it released, so that the hand-over can say what a scrape has shown
-(app/handover/served.py). Gauges are never held.
+(app/handover/served.py). Gauges are never held. The protobuf render (``render_protobuf``, native
+histograms included) is a served render like the other two: born at zero, the hand-over and the journal
+apply to it unchanged, since it reads the same series, counts and holds.
+
+Exemplars (``exemplars=True``): every counter and histogram observation carries the TrainJob behind it
+(app/metrics/exemplars.py), shown in OpenMetrics and protobuf; never on the gauges, the per-TrainJob
+families or the self-telemetry.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from prometheus_client.metrics_core import Metric
 from app.metrics.series import (
     CounterFamily,
     Family,
+    Format,
     GaugeFamily,
     HistogramFamily,
     LabelValues,
@@ -99,12 +106,14 @@ class TrainerMetricState:
         zero_hold: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         extra_families: Sequence[Family] = (),
+        exemplars: bool = False,
     ) -> None:
         """``flush_every``: see :class:`app.metrics.series.SeriesCache`. ``zero_hold``: seconds a new
         counter or histogram series is served as zeros (born at zero); None: no hold, every render
         shows the real values (tests, benchmarks). ``extra_families``: gauge families kept by someone
         else (the opt-in per-TrainJob series, app/metrics/per_job.py), exported after these, by the leader
-        only like these; their owner calls ``extra_changed`` after changing them."""
+        only like these; their owner calls ``extra_changed`` after changing them. ``exemplars``: counters
+        and histograms carry the TrainJob of their last observation (OpenMetrics and protobuf)."""
         if zero_hold is not None and not (math.isfinite(zero_hold) and zero_hold >= 0):
             raise ValueError("zero_hold must be a finite number >= 0")
         self._runtime_provider = runtime_provider
@@ -144,8 +153,8 @@ class TrainerMetricState:
         )
         self.startup = HistogramFamily(
             _PREFIX + "trainjob_startup_seconds",
-            "Time from a TrainJob's creation to the first time it was seen running (a child Job ready), "
-            "in seconds.",
+            "Time from a TrainJob's creation to the first time it was seen running (a child Job of the "
+            "training step ready), in seconds.",
             ("runtime_ref",),
             STARTUP_BUCKETS,
         )
@@ -192,6 +201,10 @@ class TrainerMetricState:
         if zero_hold is not None:
             for family in self._counting:
                 family.enable_hold()
+        self._exemplars = exemplars
+        if exemplars:
+            for family in self._counting:
+                family.enable_exemplars()
         self._served_listeners: list[ServedListener] = []
 
     # --- TrainerSink -------------------------------------------------------------------------------
@@ -221,37 +234,45 @@ class TrainerMetricState:
 
     def count_created(self, event: JobCreated) -> None:
         ref = event.runtime_ref
-        self.created.inc((event.namespace, ref))
+        ex = self._exemplars
+        self.created.inc((event.namespace, ref), (event, 1.0) if ex else None)
         # A request above the ceilings (rules.requests_within_ceilings) is not observed:
         # one absurd job would otherwise dominate the histograms' sums for ever.
         if event.nodes_observed:
-            self.requested_nodes.observe((ref,), event.requested_nodes)
+            nodes = event.requested_nodes
+            self.requested_nodes.observe((ref,), nodes, (event, float(nodes)) if ex else None)
         if event.accelerators_observed:
             # One observation per accelerator class the job requests (upstream observes each class).
             for accelerator_class, count in event.accelerators:
-                self.requested_accelerators.observe((accelerator_class, ref), count)
+                exemplar = (event, float(count)) if ex else None
+                self.requested_accelerators.observe((accelerator_class, ref), count, exemplar)
         self._series.changed()
 
     def count_finished(self, event: JobFinished) -> None:
         ref = event.runtime_ref
-        self.finished.inc((event.result, event.reason, ref))
+        ex = self._exemplars
+        self.finished.inc((event.result, event.reason, ref), (event, 1.0) if ex else None)
         lifetime = event.lifetime_seconds
         # A NaN or infinite observation would poison the histogram sum forever; skip it. Clock skew
         # between creation and the condition can make a lifetime slightly negative: count it as 0.
         if lifetime is not None and math.isfinite(lifetime):
-            self.lifetime.observe((event.result, ref), max(lifetime, 0.0))
+            value = max(lifetime, 0.0)
+            self.lifetime.observe((event.result, ref), value, (event, value) if ex else None)
         self._series.changed()
 
     def count_started(self, event: JobStarted) -> None:
-        self._observe_duration(self.startup, event.runtime_ref, event.startup_seconds)
+        self._observe_duration(self.startup, event, event.startup_seconds)
 
     def count_admitted(self, event: JobAdmitted) -> None:
-        self._observe_duration(self.admission_wait, event.runtime_ref, event.wait_seconds)
+        self._observe_duration(self.admission_wait, event, event.wait_seconds)
 
-    def _observe_duration(self, family: HistogramFamily, runtime_ref: str, seconds: float) -> None:
+    def _observe_duration(
+        self, family: HistogramFamily, event: JobStarted | JobAdmitted, seconds: float
+    ) -> None:
         # As for lifetimes: never a NaN or infinity into a sum, and clock skew counts as 0.
         if math.isfinite(seconds):
-            family.observe((runtime_ref,), max(seconds, 0.0))
+            value = max(seconds, 0.0)
+            family.observe((event.runtime_ref,), value, (event, value) if self._exemplars else None)
             self._series.changed()
 
     def extra_changed(self) -> None:
@@ -356,6 +377,15 @@ class TrainerMetricState:
         self._refresh_runtimes()
         served = self._serve()
         body = self._series.openmetrics()
+        self._served(*served)
+        return body
+
+    def render_protobuf(self) -> bytes:
+        """All families with series as delimited protobuf MetricFamily messages, the histograms with their
+        native buckets as well as their classic ones. A served render, as the other two."""
+        self._refresh_runtimes()
+        served = self._serve()
+        body = self._series.render(Format.PROTOBUF)
         self._served(*served)
         return body
 

@@ -48,7 +48,6 @@ from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAI
 from app.trainer.projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
-    TRAINJOB_PROJECTOR,
     TrainJobProjector,
 )
 from app.trainer.state import TrainerState
@@ -85,6 +84,7 @@ class Service:
             runtime_provider=lambda: self.state.runtime_info(),  # noqa: PLW0108
             extra_families=self.per_job.families if self.per_job is not None else (),
             zero_hold=settings.zero_hold_seconds,
+            exemplars=settings.exemplars,
         )
         # One TrainJob watch per configured namespace, else one over all namespaces.
         stream_of = _namespace_stream if settings.namespaces else _single_stream
@@ -112,7 +112,18 @@ class Service:
             accelerator_patterns=settings.accelerator_resource_patterns,
             max_accelerator_classes=settings.max_accelerator_classes,
             max_failure_reasons=settings.max_failure_reasons,
+            cluster_runtimes_watched=settings.watch_cluster_runtimes,
         )
+        # One TrainJob projector for the informers and the settler's LIST at a floor: a job runs when its
+        # runtime's training step is ready, found through the runtimes the state knows
+        # (app/trainer/projectors.py). trainerStatus is decoded only for the per-TrainJob series
+        # (app/trainer/wire.py).
+        self.trainjob_projector = TrainJobProjector(
+            runtimes=self.state.runtimes_by_ref,
+            trainer_status=self.per_job is not None,
+            max_trainer_metrics=settings.per_trainjob_max_trainer_metrics,
+        )
+        self.settler.projector = self.trainjob_projector
         self.lease_payload = LeasePayload(
             self.lease_watermarks, self.state, on_limit=self.telemetry.limit_hit
         )
@@ -193,16 +204,19 @@ class Service:
                 priority=self.priority,
             )
 
-        projector: Any = TRAINJOB_PROJECTOR
+        projector = self.trainjob_projector
         if self.per_job is not None:
-            # trainerStatus is decoded only for the per-TrainJob series (app/trainer/wire.py).
-            projector = TrainJobProjector(
-                trainer_status=True, max_trainer_metrics=self.settings.per_trainjob_max_trainer_metrics
-            )
             jobs = PerJobHandler(jobs, self.per_job)
         self._trainjob_informers = [informer(TRAINJOBS, ns, projector, jobs) for ns in scopes]
+        # ClusterTrainingRuntimes are cluster-scoped: a namespaced install (Roles only) cannot read them, and
+        # an informer that is never allowed to list would never sync (never ready, never leading).
+        cluster: list[Informer[Any]] = []
+        if self.settings.watch_cluster_runtimes:
+            cluster.append(
+                informer(CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, runtimes)
+            )
         return [
-            informer(CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, runtimes),
+            *cluster,
             *(informer(TRAINING_RUNTIMES, ns, TRAINING_RUNTIME_PROJECTOR, runtimes) for ns in scopes),
             *self._trainjob_informers,
         ]

@@ -104,6 +104,8 @@ class EventBuilder:
             startup_seconds=startup,
             namespace=job.namespace_label,
             since=since,
+            key=job.key,
+            at=job.created + startup if job.created is not None else None,
         )
 
     def admitted(self, job: TrainJobProjection, wait: float, since: int) -> JobAdmitted:
@@ -114,12 +116,14 @@ class EventBuilder:
             wait_seconds=wait,
             namespace=job.namespace_label,
             since=since,
+            key=job.key,
+            at=job.resumed_time,
         )
 
     def created(self, job: TrainJobProjection, since: int) -> JobCreated:
         raw = job.runtime_ref
         runtime = self._refs.by_ref.get(raw)
-        nodes = rules.requested_nodes(job.num_nodes, runtime.default_nodes if runtime is not None else None)
+        nodes = rules.requested_nodes(job.num_nodes, runtime.nodes if runtime is not None else None)
         # The trainer container's resources as the controller builds them (newRuntimeInfo): the runtime's
         # node container, computed once per runtime version, with the job's resourcesPerNode merged in
         # when the controller merges it (memoised per pair). A runtime that never arrived leaves the job's
@@ -150,6 +154,8 @@ class EventBuilder:
             more_accelerators=accelerators[1:],
             nodes_observed=nodes_ok,
             accelerators_observed=accelerators_ok,
+            key=job.key,
+            at=job.created,
         )
 
     def _request_out_of_range(
@@ -207,6 +213,8 @@ class EventBuilder:
             lifetime_seconds=rules.lifetime_seconds(job.created, job.terminal_time),
             namespace=job.namespace_label,
             since=since,
+            key=job.key,
+            at=job.terminal_time,
         )
 
     def _reason_label(self, result: str, reason: str) -> str:

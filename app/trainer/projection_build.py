@@ -6,7 +6,8 @@ every well-formed object. The Trainer rules they apply live in app/trainer/rules
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from app.trainer import rules
 from app.trainer.progress import TrainerProgress
@@ -27,7 +28,15 @@ from app.trainer.projections import (
 )
 from app.trainer.wire import Condition
 
-__all__ = ["build_job", "build_runtime", "job_with_status", "object_key", "runtime_trainer"]
+__all__ = [
+    "RuntimeTrainer",
+    "build_job",
+    "build_runtime",
+    "job_with_status",
+    "object_key",
+    "runtime_trainer",
+    "training_jobs_of",
+]
 
 
 def _str(value: object) -> str | None:
@@ -107,6 +116,22 @@ def job_with_status(  # noqa: PLR0917 - positional: keyword passing costs ~75 ns
     )
 
 
+def training_jobs_of(runtimes: Mapping[str, RuntimeProjection], runtime_ref: str) -> frozenset[str]:
+    """The training-step job names of the runtime ``runtime_ref`` names (``runtimes``: by ref label), or,
+    when it is not known (not listed yet, deleted, or a reference to nothing), the controller's naming
+    (rules.FALLBACK_TRAINING_JOBS: ``node`` and ``launcher``, never an initializer).
+
+    The answer is taken when a projection is made and kept in it (its READY bit): a runtime that arrives or
+    changes later applies from the job's next event. The controller itself pins the runtime a job runs at its
+    first reconcile (kubeflow/trainer v2.3.0 ``pkg/runtime/core/trainingruntime.go`` NewObjects reads the
+    ``<trainjob>-runtime-snapshot`` ConfigMap before the live runtime), and a JobSet's replicated jobs are
+    immutable (kubernetes-sigs/jobset v0.12.0 ``pkg/webhooks/jobset_webhook.go`` ValidateUpdate), so a job's
+    child Job names are those of its runtime as it was when the job started.
+    """
+    runtime = runtimes.get(runtime_ref)
+    return runtime.training_jobs if runtime is not None else rules.FALLBACK_TRAINING_JOBS
+
+
 def _reason(reason: str) -> str:
     """The terminal reason as kept (interned). One longer than rules.MAX_REASON_LABEL is cut, and marked
     with a trailing "…", which no well-formed reason has: cutting alone could leave a 64-character
@@ -131,12 +156,16 @@ def build_job(
     resources: tuple[object, object] | None,
     suspend: object,
     conditions: list[Condition] | None,
-    ready: bool,
+    jobs_status: Iterable[tuple[object, object]],
+    runtimes: Mapping[str, RuntimeProjection],
     malformed: bool,
     progress: TrainerProgress | None = None,
 ) -> TrainJobProjection:
     """A TrainJob's projection from its fields as found (of any JSON type): an unusable value takes
-    its default and sets MALFORMED, as does ``malformed`` (the caller's own findings)."""
+    its default and sets MALFORMED, as does ``malformed`` (the caller's own findings).
+
+    ``jobs_status``: (name, ready) of each ``status.jobsStatus`` entry; the job is running when one of its
+    runtime's training-step jobs is ready, its runtime looked up in ``runtimes`` (``training_jobs_of``)."""
     created = rules.parse_time(creation_timestamp)
     if created is None:
         malformed = True  # every stored object has a creationTimestamp
@@ -154,6 +183,7 @@ def build_job(
     runtime_ref = rules.runtime_ref_label(group, kind, rname, namespace)
     if runtime_ref == rules.UNKNOWN:
         malformed = True  # not a Trainer runtime: the webhook would have refused it
+    ready = rules.training_ready(jobs_status, training_jobs_of(runtimes, runtime_ref))
     rv = resource_version if isinstance(resource_version, str) else ""
     namespace = sys.intern(namespace)
     bad_namespace = not rules.is_dns_label(namespace)  # a real API server only sends DNS labels
@@ -179,31 +209,38 @@ def build_job(
     )
 
 
-def runtime_trainer(
-    replicated_jobs: Iterable[ReplicatedJobParts], ml_policy_obj: object
-) -> tuple[int, rules.NodeResources, bool, bool]:
-    """(default node count, trainer ``node`` container resources, whether a TrainJob's resourcesPerNode
-    merges into them, malformed) of a runtime's JobSet template, read as the controller reads it
-    (kubeflow/trainer v2.3.0 ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo).
+class RuntimeTrainer(NamedTuple):
+    """What a runtime's JobSet template says of its training step (``runtime_trainer``)."""
 
-    - The node count comes from the controller's trainer PodSet: the first replicated job labelled
-      ancestor ``trainer`` (else, for runtimes without the label, the one named ``node``):
-      rules.runtime_default_nodes.
+    nodes: rules.NodeRule
+    resources: rules.NodeResources  # the trainer ``node`` container's requests and limits
+    merges: bool  # a TrainJob's resourcesPerNode merges into them
+    training_jobs: frozenset[str]
+    malformed: bool
+
+
+def runtime_trainer(replicated_jobs: Iterable[ReplicatedJobParts], ml_policy_obj: object) -> RuntimeTrainer:
+    """The training step of a runtime's JobSet template, read as the controller reads it (kubeflow/trainer
+    v2.3.0 ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo and the EnforceMLPolicy plugins).
+
+    - How many nodes train: rules.node_rule over every replicated job's PodSet count.
     - The resources come from the ``node`` container of the first replicated job named ``node`` or
       labelled ancestor ``trainer`` (the controller's own ``ExtractResourcePerNodeFromRuntime`` in
       ``pkg/runtime/runtime.go``, and #4190's choice; for MPI runtimes with ``runLauncherAsNode`` this
       is the ``node`` worker job, into which the controller merges resourcesPerNode as into the
       launcher). Runtime patches (``spec.runtimePatches``) are not applied.
+    - Which jobs are the training step: rules.training_jobs.
     """
     malformed = False
-    counted: tuple[bool, object] | None = None  # (ancestor-labelled, parallelism) of the trainer PodSet
+    pod_sets: list[rules.PodSetParts] = []
+    labelled: list[tuple[object, object]] = []
     resources: tuple[rules.NodeResources, bool] | None = None  # (resources, merges)
     for job_name, labels, parallelism, containers in replicated_jobs:
         ancestor = rules.is_trainer_ancestor(labels)
-        if ancestor and (counted is None or not counted[0]):
-            counted = (True, parallelism)
-        elif counted is None and job_name == rules.NODE:
-            counted = (False, parallelism)
+        count, bad = rules.coerce_count(parallelism)
+        malformed |= bad
+        pod_sets.append((job_name, ancestor, count))
+        labelled.append((job_name, labels))
         if resources is None and (ancestor or job_name == rules.NODE):
             for container_name, container_resources in containers:
                 if container_name != rules.NODE:
@@ -215,16 +252,16 @@ def runtime_trainer(
                     res = rules.NO_RESOURCES
                 resources = (res, rules.merges_job_resources(ml_policy_obj, job_name, ancestor))
                 break
-    nodes = 1
-    if counted is not None:
-        count, bad = rules.coerce_count(counted[1])
-        malformed |= bad
-        nodes = rules.runtime_default_nodes(
-            ml_policy_obj is not None, rules.runtime_num_nodes(ml_policy_obj)[0], counted[0], count
-        )
-    if resources is None:
-        return nodes, rules.NO_RESOURCES, False, malformed
-    return nodes, resources[0], resources[1], malformed
+    mpi = rules.is_mpi(ml_policy_obj)
+    nodes = rules.node_rule(
+        pod_sets,
+        has_ml_policy=ml_policy_obj is not None,
+        ml_policy_num_nodes=rules.runtime_num_nodes(ml_policy_obj)[0],
+        mpi=mpi,
+        launcher_as_node=rules.run_launcher_as_node(ml_policy_obj),
+    )
+    res, merges = resources if resources is not None else (rules.NO_RESOURCES, False)
+    return RuntimeTrainer(nodes, res, merges, rules.training_jobs(labelled, mpi), malformed)
 
 
 def build_runtime(
@@ -247,8 +284,7 @@ def build_runtime(
         malformed = True
     num_nodes, bad = rules.runtime_num_nodes(ml_policy_obj)
     malformed |= bad
-    default_nodes, node_resources, merges, bad = runtime_trainer(replicated_jobs, ml_policy_obj)
-    malformed |= bad
+    trainer = runtime_trainer(replicated_jobs, ml_policy_obj)
     return RuntimeProjection(
         key=object_key(ns, name),
         uid=uid,
@@ -262,8 +298,9 @@ def build_runtime(
         framework=rules.framework(labels),
         num_nodes=num_nodes,
         run_launcher_as_node=rules.run_launcher_as_node(ml_policy_obj),
-        default_nodes=default_nodes,
-        node_resources=node_resources,
-        merges_job_resources=merges,
-        malformed=malformed,
+        nodes=trainer.nodes,
+        training_jobs=trainer.training_jobs,
+        node_resources=trainer.resources,
+        merges_job_resources=trainer.merges,
+        malformed=malformed or trainer.malformed,
     )

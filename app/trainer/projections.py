@@ -25,7 +25,9 @@ from app.trainer.progress import TrainerProgress
 # TrainJobProjection.flags bits (booleans in one small int: saves 24 B per job).
 SUSPEND: Final = 1  # spec.suspend
 SUSPENDED_CONDITION: Final = 2  # the Suspended condition is True (False/"Resumed" means resumed)
-READY: Final = 4  # some status.jobsStatus[].ready > 0 (rules.job_state: running, not pending)
+# a status.jobsStatus[] entry of the training step has ready > 0 (rules.training_ready, with the runtime
+# known when the projection was made): running, not pending (rules.job_state)
+READY: Final = 4
 MALFORMED: Final = 8  # some field was unusable and a default was taken instead
 BAD_NAMESPACE: Final = 16  # metadata.namespace is not a DNS-1123 label: labels say "unknown" instead
 RESUMED: Final = 32  # the Suspended condition is False with reason Resumed (admitted; rules.job_conditions)
@@ -223,11 +225,19 @@ class RuntimeProjection(msgspec.Struct, frozen=True, gc=False):
     framework: str  # trainer.kubeflow.org/framework label, "unknown" when missing
     num_nodes: int | None  # spec.mlPolicy.numNodes (no CRD default)
     run_launcher_as_node: bool  # spec.mlPolicy.mpi.runLauncherAsNode
-    # The node count the controller gives the trainer job when the TrainJob sets none
-    # (rules.runtime_default_nodes: mlPolicy.numNodes, else the template's parallelism, else 1).
-    default_nodes: int
+    # How the controller counts the training nodes (rules.node_rule): when the TrainJob sets no numNodes, and
+    # what its numNodes does (ignored without a trainer PodSet; MPI runLauncherAsNode adds the launcher).
+    nodes: rules.NodeRule
+    # The names of the replicated jobs that are the training step (rules.training_jobs): a TrainJob of this
+    # runtime runs when one of them is ready.
+    training_jobs: frozenset[str]
     # requests and limits of the trainer job's `node` container (runtime_trainer): the base a TrainJob's
     # resourcesPerNode merges into; rules.NO_RESOURCES when there is no such container.
     node_resources: rules.NodeResources
     merges_job_resources: bool  # the controller merges a TrainJob's resourcesPerNode into it
     malformed: bool = False
+
+    @property
+    def default_nodes(self) -> int:
+        """The training nodes of a TrainJob of this runtime that sets no numNodes."""
+        return self.nodes.default

@@ -16,6 +16,7 @@ manifest in sim/kubesim/trainer/data).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Final, cast
 
 from app.trainer import rules
@@ -122,6 +123,9 @@ def _json_replicated_jobs(replicated: object) -> Iterable[ReplicatedJobParts]:
 
 # --- projectors --------------------------------------------------------------------------------
 
+_NO_RUNTIMES: Final[Mapping[str, RuntimeProjection]] = MappingProxyType({})
+_FALLBACK: Final = rules.FALLBACK_TRAINING_JOBS
+
 
 class TrainJobProjector:
     """``Projector[TrainJobProjection]`` for the TrainJob informer.
@@ -135,13 +139,23 @@ class TrainJobProjector:
     ``trainer_status``: also project ``status.trainerStatus`` (for the per-TrainJob series, keeping at most
     ``max_trainer_metrics`` metrics per job). Off, the wire type does not even declare it, so msgspec skips
     it unread.
+
+    ``runtimes``: the runtimes by ref label, live (``TrainerState.runtimes_by_ref``): a job is running when a
+    child Job of its runtime's training step is ready (rules.training_ready), decided when it is projected
+    (projection_build.training_jobs_of). Without it every job is read by the controller's naming
+    (rules.FALLBACK_TRAINING_JOBS), which is right for every built-in runtime.
     """
 
     wire_type: type = TrainJobWire
 
     def __init__(
-        self, *, trainer_status: bool = False, max_trainer_metrics: int = DEFAULT_MAX_TRAINER_METRICS
+        self,
+        *,
+        runtimes: Mapping[str, RuntimeProjection] | None = None,
+        trainer_status: bool = False,
+        max_trainer_metrics: int = DEFAULT_MAX_TRAINER_METRICS,
     ) -> None:
+        self.runtimes: Mapping[str, RuntimeProjection] = _NO_RUNTIMES if runtimes is None else runtimes
         self.trainer_status = trainer_status
         self.max_trainer_metrics = max(0, max_trainer_metrics)
         if trainer_status:
@@ -177,16 +191,11 @@ class TrainJobProjector:
         spec = w.spec
         status = w.status
         conditions = None
-        ready = False
+        jobs = None
         progress = None
         if status is not None:
             conditions = status.conditions
             jobs = status.jobsStatus
-            if jobs:
-                for j in jobs:
-                    if (j.ready or 0) > 0:  # rules.job_state: ready, not active, means running
-                        ready = True
-                        break
             if self.trainer_status:
                 progress = self._wire_progress(status)
         if previous is not None and not previous.flags & MALFORMED:
@@ -197,6 +206,21 @@ class TrainJobProjector:
                 if (f"{ns}/{meta.name}" if ns else meta.name) == previous.key:
                     uid = previous.uid_key
                     if same_uid_text(uid, meta.uid):
+                        # rules.training_ready over the typed entries, inlined for the same reason (with
+                        # projection_build.training_jobs_of): no pairs built, and the runtime looked up only
+                        # once an entry is ready (never for a job whose pods all wait).
+                        ready = False
+                        if jobs:
+                            training: frozenset[str] | None = None
+                            for j in jobs:
+                                count = j.ready
+                                if count is not None and count > 0:
+                                    if training is None:
+                                        runtime = self.runtimes.get(previous.runtime_ref)
+                                        training = _FALLBACK if runtime is None else runtime.training_jobs
+                                    if j.name in training:
+                                        ready = True
+                                        break
                         return job_with_status(
                             previous.key,
                             uid,
@@ -229,7 +253,8 @@ class TrainJobProjector:
             resources=(rpn.requests, rpn.limits) if rpn is not None else None,
             suspend=spec.suspend if spec is not None else None,
             conditions=conditions,
-            ready=ready,
+            jobs_status=[(j.name, j.ready) for j in jobs] if jobs else (),
+            runtimes=self.runtimes,
             malformed=False,  # name and uid are non-empty (wire.JobMeta)
             progress=progress,
         )
@@ -260,13 +285,14 @@ class TrainJobProjector:
         status = _get(obj, "status")
         if status is not None and not isinstance(status, Mapping):
             malformed = True
-        ready = False
+        jobs_status: list[tuple[object, object]] = []
         for child in _list(_get(obj, "status", "jobsStatus")):
-            count = _get(child, "ready")
-            if isinstance(count, int | float) and not isinstance(count, bool):
-                ready |= count > 0
-            elif count is not None:
-                malformed = True
+            child_name, count = _get(child, "name"), _get(child, "ready")
+            if (count is not None and (not isinstance(count, int | float) or isinstance(count, bool))) or (
+                child_name is not None and not isinstance(child_name, str)
+            ):
+                malformed = True  # rules.training_ready reads neither as ready
+            jobs_status.append((child_name, count))
         rv = _get(obj, "metadata", "resourceVersion")
         malformed |= not isinstance(rv, str)
         progress = None
@@ -294,7 +320,8 @@ class TrainJobProjector:
             resources=_json_resources(_get(obj, "spec", "trainer", "resourcesPerNode")),
             suspend=_get(obj, "spec", "suspend"),
             conditions=conditions,
-            ready=ready,
+            jobs_status=jobs_status,
+            runtimes=self.runtimes,
             malformed=malformed,
             progress=progress,
         )

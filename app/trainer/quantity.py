@@ -1,19 +1,23 @@
-"""Kubernetes resource quantities ("2", "500m", "1k", "1Ki", "4e0") as whole accelerator counts.
+"""Kubernetes resource quantities ("2", "500m", "1k", "1Ki", "4e0") and the device counts they can be.
 
 Pure and tolerant: anything that is not a valid quantity yields ``None`` instead of raising, so a
 malformed TrainJob can never break an informer handler.
 
-Rounding: a fractional count is rounded UP, as Kubernetes' ``Quantity.Value()`` does (upstream
-#4190 observes ``quantity.Value()``), so "500m" GPUs counts as 1. Extended resources such as
-``nvidia.com/gpu`` must be whole numbers in a pod anyway; rounding up never hides a request.
-Negative quantities count as 0. Values are clamped to int64, like Kubernetes' own representation.
+A device count is a whole number written as a plain number ("8", 8, "4e0"): a quantity with a unit suffix
+("8G", "16Gi", "500m") is a size or a share, never a number of devices, and neither is a fraction ("1.5").
+Device plugins advertise such quantities beside their devices (Intel's ``gpu.intel.com/memory.max: 8G``,
+``gpu.intel.com/millicores``), and the API server accepts only integers for extended resources in a pod
+(kubernetes ``pkg/apis/core/validation`` validateResourceQuantityValue: "must be an integer"), so no
+real accelerator request is lost by refusing them; #4190 rounded them up with ``Quantity.Value()``, which
+read ``memory.max: 8G`` as 8e9 accelerators. Negative counts are 0; counts are clamped to int64, like
+Kubernetes' own representation.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 from typing import Final
 
 INT64_MAX: Final = 2**63 - 1
@@ -61,13 +65,28 @@ def parse_quantity(value: object) -> Decimal | None:
     return number.scaleb(exponent)
 
 
-def accelerator_count(value: object) -> int | None:
-    """Whole accelerators for a quantity: rounded up, negatives → 0, clamped to int64; ``None`` if invalid."""
+# What device_count returns for a valid quantity that is not a whole count: never a number of devices
+# (every rule that counts reads only counts above 0).
+NOT_A_COUNT: Final = -1
+# The suffixes of sizes and shares (binary and decimal SI); the exponent form ("4e0") is a plain number.
+_UNIT_SUFFIXES: Final = frozenset(_BINARY) | frozenset(_DECIMAL_EXP)
+
+
+def device_count(value: object) -> int | None:
+    """The number of devices a quantity asks for: a whole number written without a unit, negatives → 0,
+    clamped to int64; ``NOT_A_COUNT`` for a valid quantity that is a size, a share or a fraction ("8G",
+    "500m", "1.5"); ``None`` if it is not a quantity at all."""
+    if isinstance(value, str) and len(value) <= _MAX_TEXT:
+        m = _QUANTITY_RE.match(value.strip())
+        if m is not None and m.group(2) in _UNIT_SUFFIXES:
+            return NOT_A_COUNT
     q = parse_quantity(value)
     if q is None:
         return None
+    if q != q.to_integral_value():
+        return NOT_A_COUNT
     if q <= 0:
         return 0
     if q >= INT64_MAX:
         return INT64_MAX
-    return int(q.to_integral_value(rounding=ROUND_CEILING))
+    return int(q)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from app.kube.logthrottle import short
@@ -143,6 +143,7 @@ class TrainerState:
         accelerator_patterns: Iterable[str] = rules.DEFAULT_ACCELERATOR_PATTERNS,
         max_failure_reasons: int = MAX_FAILURE_REASONS,
         gauge_sink: TrainerSink | None = None,
+        cluster_runtimes_watched: bool = True,
     ) -> None:
         """``on_limit(limit)`` is called with "unknown_runtime_refs" each time a runtime ref is refused
         its own label because ``max_unknown_runtime_refs`` distinct unknown refs are in use (its jobs
@@ -154,10 +155,16 @@ class TrainerState:
         ``accelerator_patterns``: the resource names that are accelerators (rules.AcceleratorMatcher).
         ``gauge_sink``: where gauge and runtime changes go, if not to ``sink``. The service sends countable
         edges through the hand-over journal and gauges straight to the metric state (the journal and the
-        served ledger only pass gauges on: two calls per gauge change saved, on every watch event)."""
+        served ledger only pass gauges on: two calls per gauge change saved, on every watch event).
+        ``cluster_runtimes_watched``: False when no ClusterTrainingRuntime informer feeds this state (a
+        namespaced install): a job of one is counted at once, since its runtime will never arrive."""
         self._sink = sink
         self._gauge_sink = gauge_sink or sink
         self._wait = max(0.0, runtime_wait_seconds)
+        # Refs whose runtime is never watched (str.startswith of an empty tuple is False).
+        self._unwatched_refs: tuple[str, ...] = (
+            () if cluster_runtimes_watched else (rules.CLUSTER_RUNTIME_REF_PREFIX,)
+        )
         self._clock = clock
         self._wall_clock = wall_clock
 
@@ -196,6 +203,13 @@ class TrainerState:
 
     def runtime(self, ref: str) -> RuntimeProjection | None:
         return self._refs.by_ref.get(ref)
+
+    @property
+    def runtimes_by_ref(self) -> Mapping[str, RuntimeProjection]:
+        """The runtimes in the snapshot by ref label, live: what the TrainJob projector reads (never writes)
+        to find a job's training step (``TrainJobProjector(runtimes=...)``). The dict itself, not a proxy:
+        the projector looks a job's runtime up on every watch event of a running job."""
+        return self._refs.by_ref
 
     def runtime_accelerators(self, runtime: RuntimeProjection) -> tuple[tuple[str, int], ...]:
         """(class, per-node count) of each accelerator the runtime's trainer container requests by itself
@@ -280,7 +294,12 @@ class TrainerState:
         raw = job.runtime_ref
         # Every job waits for an unknown runtime, even one that sets numNodes and resourcesPerNode: its
         # resourcesPerNode merges into the runtime's container, so the runtime's GPUs count too.
-        if self._wait > 0 and raw != rules.UNKNOWN and raw not in self._refs.by_ref:
+        if (
+            self._wait > 0
+            and raw != rules.UNKNOWN
+            and raw not in self._refs.by_ref
+            and not raw.startswith(self._unwatched_refs)
+        ):
             self._pending.add(job, raw, self._clock() + self._wait, self._relist_since)
             return
         self._sink.on_countable(self._events.created(job, self._relist_since))

@@ -66,6 +66,8 @@ class Condition(msgspec.Struct, forbid_unknown_fields=False, gc=False):
 
 
 class ChildJobStatus(msgspec.Struct, forbid_unknown_fields=False):
+    # The replicated job's name: only the training step's jobs make a TrainJob running (rules.training_ready).
+    name: str = ""
     # ready, not active: active counts child Jobs with a pod running *or pending* (rules.job_state).
     ready: int | None = None
 

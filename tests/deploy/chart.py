@@ -30,6 +30,18 @@ def production_values() -> dict[str, Any]:
     return values
 
 
+CI_DIR = CHART_DIR / "ci"
+
+
+def ci_values() -> dict[str, dict[str, Any]]:
+    """The chart-testing values files (ci/<name>-values.yaml) by name: what `ct lint` renders, and what the
+    deployment tests render, lint and validate one by one."""
+    return {
+        path.name.removesuffix("-values.yaml"): load_yaml(path) or {}
+        for path in sorted(CI_DIR.glob("*-values.yaml"))
+    }
+
+
 @dataclass
 class Rendered:
     """What `helm template` would print: manifests by template path, and their parsed objects."""

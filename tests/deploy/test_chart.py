@@ -5,112 +5,31 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import helm_python as helm
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
+import yaml
 
-from .chart import CHART_DIR, FULLNAME, NAMESPACE, Rendered, RenderFn, production_values
+from .chart import (
+    CHART_DIR,
+    FULLNAME,
+    NAMESPACE,
+    Rendered,
+    RenderFn,
+    ci_values,
+    load_yaml,
+    production_values,
+)
 
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest kubernetes-validate ships.
 KUBE_VERSIONS = ["1.25", kubernetes_validate.latest_version()]
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate"}
 
-# Values that turn each optional feature on, alone; the production example turns on most of them at once.
-FEATURES: dict[str, dict[str, Any]] = {
-    "default": {},
-    "watch-namespaces": {"watchNamespaces": ["team-a", "team-b"]},
-    "auth": {
-        "auth": {
-            "enabled": True,
-            "metricsReaderSubjects": [
-                {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}
-            ],
-        }
-    },
-    "tls": {"tls": {"enabled": True, "secretName": "tm-tls"}},
-    "service-monitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
-    "service-monitor-tls-auth": {
-        "serviceMonitor": {"enabled": True, "namespace": "monitoring"},
-        "tls": {"enabled": True, "secretName": "tm-tls"},
-        "auth": {"enabled": True},
-    },
-    "pod-monitor-auth": {
-        "podMonitor": {"enabled": True},
-        "auth": {"enabled": True},
-        "serviceMonitor": {"namespace": "monitoring", "sampleLimit": 1000},
-    },
-    "cert-manager": {
-        "tls": {"enabled": True, "certManager": {"enabled": True, "issuerRef": {"name": "ca"}}},
-        "serviceMonitor": {"enabled": True},
-    },
-    "debug-readers": {
-        "auth": {
-            "enabled": True,
-            "debugReaderSubjects": [
-                {"kind": "Group", "name": "oncall", "apiGroup": "rbac.authorization.k8s.io"}
-            ],
-        }
-    },
-    "prometheus-rule": {"prometheusRule": {"enabled": True}},
-    "grafana-dashboard": {"grafanaDashboard": {"enabled": True}},
-    "network-policy": {
-        "networkPolicy": {
-            "enabled": True,
-            "ingressFrom": [
-                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
-            ],
-            "apiServer": {"cidrs": ["10.0.0.1/32", "fd00::1/128"]},
-        }
-    },
-    "single-replica-no-election": {"replicaCount": 1, "leaderElection": {"enabled": False}},
-    "hard-anti-affinity": {"podAntiAffinity": "hard", "topologySpread": {"enabled": False}},
-    "custom-affinity": {
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}
-                    ]
-                }
-            }
-        },
-        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}],
-        "nodeSelector": {"kubernetes.io/os": "linux"},
-        "priorityClassName": "system-cluster-critical",
-    },
-    "existing-service-account": {"serviceAccount": {"create": False, "name": "ops-sa"}},
-    "image-digest": {"image": {"digest": "sha256:" + "a" * 64, "pullPolicy": "Always"}},
-    "extras": {
-        "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
-        "podAnnotations": {"example.com/a": "b"},
-        "podLabels": {"team": "ml"},
-        "commonLabels": {"cost-center": "42"},
-        "imagePullSecrets": [{"name": "regcred"}],
-        "envFrom": [
-            {"configMapRef": {"name": "proxy-env"}},
-            {"secretRef": {"name": "extra", "optional": True}},
-        ],
-        "extraVolumes": [{"name": "ca", "configMap": {"name": "corp-ca"}}],
-        "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/corp-ca", "readOnly": True}],
-        "extraContainers": [
-            {
-                "name": "log-shipper",
-                "image": "registry.example.com/shipper:1",
-                "resources": {"limits": {"memory": "64Mi"}},
-            }
-        ],
-        "extraTopologySpreadConstraints": [
-            {
-                "maxSkew": 2,
-                "topologyKey": "example.com/rack",
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "trainer-metrics"}},
-            }
-        ],
-    },
-    "production": production_values(),
-}
+# Values that turn each optional feature on, alone: the chart-testing values files (ci/*-values.yaml); the
+# production example turns on most of them at once.
+FEATURES: dict[str, dict[str, Any]] = {**ci_values(), "production": production_values()}
 
 
 @pytest.fixture(scope="module", params=sorted(FEATURES), ids=sorted(FEATURES))
@@ -184,6 +103,7 @@ def test_default_install_objects(render: RenderFn) -> None:
         "Service",
         "Deployment",
         "PodDisruptionBudget",
+        "Pod",  # the `helm test` hook (test_helm_test.py)
     }
     pdb = rendered.one("PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
@@ -415,8 +335,26 @@ def test_network_policy(render: RenderFn) -> None:
         {
             "ports": [{"port": "http", "protocol": "TCP"}],
             "from": FEATURES["network-policy"]["networkPolicy"]["ingressFrom"],
-        }
+        },
+        # The `helm test` Pod, from its namespace, only on that port.
+        {
+            "ports": [{"port": "http", "protocol": "TCP"}],
+            "from": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                    "podSelector": {
+                        "matchLabels": {
+                            "app.kubernetes.io/name": "trainer-metrics-test",
+                            "app.kubernetes.io/instance": "tm",
+                        }
+                    },
+                }
+            ],
+        },
     ]
+    no_test = copy.deepcopy(FEATURES["network-policy"])
+    no_test["testFramework"] = {"enabled": False}
+    assert len(render(no_test).one("NetworkPolicy")["spec"]["ingress"]) == 1
     api, dns = policy["egress"]
     assert api["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}, {"ipBlock": {"cidr": "fd00::1/128"}}]
     assert {p["port"] for p in api["ports"]} == {443, 6443}
@@ -425,8 +363,15 @@ def test_network_policy(render: RenderFn) -> None:
 
 def test_notes_tell_how_to_check(render: RenderFn) -> None:
     notes = render().notes
-    for needle in ("port-forward service/tm-trainer-metrics", "/readyz", "/metrics", "/debug/* (leadership"):
+    for needle in (
+        "port-forward service/tm-trainer-metrics",
+        "/readyz",
+        "/metrics",
+        "/debug/* (leadership",
+        "helm test tm -n obs",
+    ):
         assert needle in notes
+    assert "helm test" not in render({"testFramework": {"enabled": False}}).notes
     assert "/debug/leadership" in render({"auth": {"enabled": True}}).notes
     notes = render(production_values()).notes
     assert "https://localhost:8080/metrics" in notes and "Authorization: Bearer" in notes
@@ -444,3 +389,93 @@ def test_packaged_chart_renders_with_its_files(tmp_path: Path) -> None:
         rendered = Rendered(packaged.render(values, name="tm", namespace=NAMESPACE))
         assert rendered.one("PrometheusRule")["spec"]["groups"]
         assert rendered.one("ConfigMap")["data"]
+
+
+# --- chart conventions (kube-state-metrics' chart as the reference) ---------------------------------------
+
+
+def test_chart_metadata_for_repositories_and_artifacthub() -> None:
+    meta = load_yaml(CHART_DIR / "Chart.yaml")
+    urls = [meta["home"], *meta["sources"], meta["icon"], *(m["url"] for m in meta["maintainers"])]
+    assert all(urlsplit(u).scheme == "https" and urlsplit(u).netloc for u in urls), urls
+    assert all(m["name"] for m in meta["maintainers"])
+    notes = meta["annotations"]
+    assert notes["artifacthub.io/license"] == "Apache-2.0"
+    assert notes["artifacthub.io/category"] == "monitoring-logging"
+    links = yaml.safe_load(notes["artifacthub.io/links"])
+    assert all(set(link) == {"name", "url"} and urlsplit(link["url"]).scheme == "https" for link in links)
+    # Not part of a Kubeflow Trainer release: no such claim on any object, whatever the values.
+    for name in ("default", "production"):
+        for obj in render_feature(name).objects:
+            assert "app.kubernetes.io/part-of" not in obj["metadata"]["labels"], obj["metadata"]["name"]
+
+
+def render_feature(name: str) -> Rendered:
+    with helm.Chart.load(CHART_DIR) as chart:
+        return Rendered(chart.render(copy.deepcopy(FEATURES[name]), name="tm", namespace=NAMESPACE))
+
+
+def test_part_of_is_the_users_to_set(render: RenderFn) -> None:
+    rendered = render({"commonLabels": {"app.kubernetes.io/part-of": "ml-platform"}})
+    for obj in rendered.objects:
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "ml-platform"
+    pod = rendered.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pod["app.kubernetes.io/part-of"] == "ml-platform"
+
+
+@pytest.mark.parametrize(
+    ("values", "image"),
+    [
+        ({}, "trainer-metrics:0.1.0"),
+        ({"image": {"registry": "registry.example.com"}}, "registry.example.com/trainer-metrics:0.1.0"),
+        (
+            {"image": {"registry": "registry.example.com/"}, "global": {"imageRegistry": "mirror:5000/ml"}},
+            "mirror:5000/ml/trainer-metrics:0.1.0",
+        ),
+        (
+            {"image": {"registry": "r.example.com", "repository": "ml/tm", "digest": "sha256:" + "b" * 64}},
+            "r.example.com/ml/tm@sha256:" + "b" * 64,
+        ),
+    ],
+    ids=["repository-alone", "registry", "global-wins", "digest"],
+)
+def test_image_registry_and_global_registry(render: RenderFn, values: dict[str, Any], image: str) -> None:
+    rendered = render(values)
+    assert rendered.container["image"] == image
+    # The `helm test` Pod runs the same image.
+    assert rendered.one("Pod")["spec"]["containers"][0]["image"] == image
+
+
+def test_pull_secrets_global_first_each_once(render: RenderFn) -> None:
+    rendered = render(FEATURES["registry-and-namespace"])
+    expected = [{"name": "mirror-pull"}, {"name": "regcred"}]
+    assert rendered.one("Deployment")["spec"]["template"]["spec"]["imagePullSecrets"] == expected
+    assert rendered.one("Pod")["spec"]["imagePullSecrets"] == expected
+    assert "imagePullSecrets" not in render().one("Deployment")["spec"]["template"]["spec"]
+
+
+def test_revision_history_limit(render: RenderFn) -> None:
+    assert render().one("Deployment")["spec"]["revisionHistoryLimit"] == 5
+    assert render({"revisionHistoryLimit": 0}).one("Deployment")["spec"]["revisionHistoryLimit"] == 0
+
+
+def test_namespace_override_applies_to_every_object_without_a_namespace_of_its_own(render: RenderFn) -> None:
+    values = copy.deepcopy(FEATURES["production"])
+    values["namespaceOverride"] = "ml-monitoring"
+    values["watchNamespaces"] = ["team-a"]
+    rendered = render(values)
+    own = {  # objects placed by a value of their own
+        ("ConfigMap", f"{FULLNAME}-dashboard"): "monitoring",  # grafanaDashboard.namespace
+        ("Role", f"{FULLNAME}-watch"): "team-a",
+        ("RoleBinding", f"{FULLNAME}-watch"): "team-a",
+    }
+    for obj in rendered.objects:
+        meta = obj["metadata"]
+        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            continue
+        assert meta["namespace"] == own.get((obj["kind"], meta["name"]), "ml-monitoring"), (obj["kind"], meta)
+    sm = rendered.one("ServiceMonitor")
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": ["ml-monitoring"]}
+    assert sm["spec"]["endpoints"][0]["tlsConfig"]["serverName"] == f"{FULLNAME}.ml-monitoring.svc"
+    assert f"{FULLNAME}.ml-monitoring.svc" in rendered.one("Certificate")["spec"]["dnsNames"]
+    assert "namespace ml-monitoring" in rendered.notes and "-n ml-monitoring" in rendered.notes

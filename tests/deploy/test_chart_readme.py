@@ -70,6 +70,16 @@ def test_every_value_is_in_the_readme() -> None:
         "prometheusRule.selector",
         "prometheusRule.extraAggregationLabels",
         "prometheusRule.runbookBaseURL",
+        "namespaceOverride",
+        "global.imageRegistry",
+        "global.imagePullSecrets",
+        "image.registry",
+        "rbac.useClusterRole",
+        "watchClusterRuntimes",
+        "revisionHistoryLimit",
+        "serviceMonitor.targetLabels",
+        "serviceMonitor.podTargetLabels",
+        "testFramework.enabled",
     ):
         assert new in documented, new
 

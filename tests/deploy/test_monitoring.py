@@ -810,10 +810,28 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
             "required": ["selector", "endpoints"],
             "properties": {
                 "jobLabel": {"type": "string"},
+                "targetLabels": {"type": "array", "items": {"type": "string"}},
+                "podTargetLabels": {"type": "array", "items": {"type": "string"}},
                 "sampleLimit": {"type": "integer", "minimum": 1},
                 "labelLimit": {"type": "integer", "minimum": 1},
                 "labelNameLengthLimit": {"type": "integer", "minimum": 1},
                 "labelValueLengthLimit": {"type": "integer", "minimum": 1},
+                # prometheus-operator >= 0.72 / 0.74 (Prometheus >= 2.49 / 2.45)
+                "scrapeProtocols": {
+                    "type": "array",
+                    "minItems": 1,
+                    "uniqueItems": True,
+                    "items": {
+                        "enum": [
+                            "PrometheusProto",
+                            "OpenMetricsText0.0.1",
+                            "OpenMetricsText1.0.0",
+                            "PrometheusText0.0.4",
+                            "PrometheusText1.0.0",
+                        ]
+                    },
+                },
+                "scrapeClassicHistograms": {"type": "boolean"},
                 "selector": {"type": "object", "required": ["matchLabels"]},
                 "namespaceSelector": {
                     "type": "object",
@@ -962,13 +980,36 @@ def test_service_monitor_job_label_and_limits(render: RenderFn) -> None:
     assert {k: sm[k] for k in limits} == limits
 
 
+@pytest.mark.parametrize("monitor", ["serviceMonitor", "podMonitor"])
+def test_scrape_protocols_and_classic_histograms(render: RenderFn, monitor: str) -> None:
+    """Protobuf first (native histograms) with the classic buckets kept, on either monitor; unset by default
+    (Prometheus' own default: OpenMetrics first)."""
+    kind = "ServiceMonitor" if monitor == "serviceMonitor" else "PodMonitor"
+    schema = SERVICE_MONITOR_SCHEMA if kind == "ServiceMonitor" else POD_MONITOR_SCHEMA
+    enabled = {monitor: {"enabled": True}}
+    spec = render(enabled).one(kind)["spec"]
+    assert not {"scrapeProtocols", "scrapeClassicHistograms"} & spec.keys()
+    protocols = ["PrometheusProto", "OpenMetricsText1.0.0", "PrometheusText0.0.4"]
+    sm = {"scrapeProtocols": protocols, "scrapeClassicHistograms": True}
+    values: dict[str, Any] = {"serviceMonitor": {**sm, "enabled": kind == "ServiceMonitor"}}
+    if kind == "PodMonitor":
+        values["podMonitor"] = {"enabled": True}
+    obj = render(values).one(kind)
+    jsonschema.validate(obj, schema)
+    assert obj["spec"]["scrapeProtocols"] == protocols
+    assert obj["spec"]["scrapeClassicHistograms"] is True
+    off = render({"serviceMonitor": {"scrapeClassicHistograms": False, "enabled": True}})
+    assert off.one("ServiceMonitor")["spec"]["scrapeClassicHistograms"] is False
+
+
 POD_MONITOR_SCHEMA: dict[str, Any] = copy.deepcopy(SERVICE_MONITOR_SCHEMA)
 POD_MONITOR_SCHEMA["properties"]["kind"] = {"const": "PodMonitor"}
 _pm_spec = POD_MONITOR_SCHEMA["properties"]["spec"]
 _pm_spec["required"] = ["selector", "podMetricsEndpoints"]
 _pm_spec["properties"]["podMetricsEndpoints"] = _pm_spec["properties"].pop("endpoints")
-# A PodMonitor endpoint has no bearerTokenFile.
+# A PodMonitor endpoint has no bearerTokenFile, nor the PodMonitor targetLabels (there is no Service).
 del _pm_spec["properties"]["podMetricsEndpoints"]["items"]["properties"]["bearerTokenFile"]
+del _pm_spec["properties"]["targetLabels"]
 
 
 def test_pod_monitor_instead_of_the_service_monitor(render: RenderFn) -> None:
@@ -994,6 +1035,34 @@ def test_pod_monitor_instead_of_the_service_monitor(render: RenderFn) -> None:
     assert endpoint["port"] == "https" and endpoint["scheme"] == "https" and endpoint["honorLabels"] is True
     assert endpoint["authorization"]["credentials"]["name"] == f"{FULLNAME}-scraper-token"
     assert rendered.one("Secret")["metadata"]["namespace"] == "monitoring"
+
+
+def test_target_labels_copy_service_and_pod_labels_onto_the_series(render: RenderFn) -> None:
+    rendered = render(
+        {
+            "serviceMonitor": {
+                "enabled": True,
+                "targetLabels": ["team"],
+                "podTargetLabels": ["team", "tier"],
+            },
+            "commonLabels": {"team": "ml-platform"},
+            "podLabels": {"tier": "infra"},
+        }
+    )
+    sm = rendered.one("ServiceMonitor")
+    jsonschema.validate(sm, SERVICE_MONITOR_SCHEMA)
+    assert sm["spec"]["targetLabels"] == ["team"]
+    assert sm["spec"]["podTargetLabels"] == ["team", "tier"]
+    assert rendered.one("Service")["metadata"]["labels"]["team"] == "ml-platform"
+    pod_labels = rendered.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert {"team", "tier"} <= pod_labels.keys()
+    pm = render({"podMonitor": {"enabled": True}, "serviceMonitor": {"podTargetLabels": ["tier"]}}).one(
+        "PodMonitor"
+    )
+    jsonschema.validate(pm, POD_MONITOR_SCHEMA)
+    assert pm["spec"]["podTargetLabels"] == ["tier"] and "targetLabels" not in pm["spec"]
+    plain = render({"serviceMonitor": {"enabled": True}}).one("ServiceMonitor")["spec"]
+    assert not {"targetLabels", "podTargetLabels"} & plain.keys()
 
 
 # --- Grafana dashboard -------------------------------------------------------------------------------------
@@ -1059,6 +1128,58 @@ def test_dashboard_is_valid_and_queries_exported_metrics() -> None:
     exprs = " ".join(e for _, e in targets)
     assert "histogram_quantile(0.5," in exprs and "histogram_quantile(0.95," in exprs
     assert "sum by (reason)" in exprs and "sum by (runtime_ref)" in exprs
+
+
+# Panels over an hour: rare events, where a window of a few scrapes would show nothing but spikes, and the
+# stats of the last hour. Every other range is $__rate_interval, which follows the zoom. docs/deploy.md (6.
+# Dashboard) lists these panels.
+HOUR_WINDOW_PANELS = {
+    "Created / h",
+    "Failed / h (all namespaces)",
+    "Failure ratio, 1h (all namespaces)",
+    "Failure ratio by runtime_ref, 1h (all namespaces)",
+    "Failure share by reason, 1h (all namespaces)",
+    "Failures / h by runtime_ref and reason (all namespaces)",
+    "TrainJob lifetime p50 / p95 by runtime_ref (failed; all namespaces, 1h)",
+    "Leader transitions / h",
+    "Relists / h by reason",
+    "Watch restarts / h by reason",
+}
+
+
+def test_dashboard_ranges_follow_the_zoom_except_for_rare_events() -> None:
+    dashboard = json.loads(DASHBOARD_FILE.read_text())
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert titles >= HOUR_WINDOW_PANELS, HOUR_WINDOW_PANELS - titles
+    ranges = 0
+    for title, expr in dashboard_targets(dashboard):
+        for window in re.findall(r"\[([^\]]+)\]", expr):
+            ranges += 1
+            wanted = "1h" if title in HOUR_WINDOW_PANELS else "$__rate_interval"
+            assert window == wanted, f"panel {title!r}: [{window}], expected [{wanted}]: {expr}"
+    assert ranges >= 30
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    documented = " ".join(deploy.split())  # the list wraps across lines
+    for title in HOUR_WINDOW_PANELS:
+        assert f"`{title}`" in documented, f"docs/deploy.md does not list the hour window of {title!r}"
+
+
+def test_dashboard_shows_exemplars_on_the_lifetime_and_time_to_running_panels() -> None:
+    """From a panel to the job (README): Grafana draws the exemplars of these queries as points."""
+    dashboard = json.loads((CHART_DIR / "files" / "dashboard.json").read_text())
+    flagged = {
+        (panel["title"], target["refId"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if target.get("exemplar") is True
+    }
+    wanted = {
+        (panel["title"], target["refId"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if re.search(r"(lifetime|startup)_seconds_bucket", target["expr"])
+    }
+    assert len(wanted) >= 6 and flagged == wanted
 
 
 def test_dashboard_config_map(render: RenderFn) -> None:

@@ -187,3 +187,35 @@ def test_rbac_create_false_renders_no_rbac(render: RenderFn) -> None:
         f"{FULLNAME}-metrics-reader",
         f"{FULLNAME}-debug-reader",
     ]
+
+
+def test_namespaced_install_has_no_cluster_scoped_rbac(render: RenderFn) -> None:
+    values = {"watchNamespaces": ["team-a", "team-b"], "watchClusterRuntimes": False}
+    for extra in ({}, {"rbac": {"useClusterRole": False}}):
+        rendered = render({**values, **extra})
+        assert not {"ClusterRole", "ClusterRoleBinding"} & rendered.kinds()
+        assert grants_of_service_account(rendered) == (
+            expand("team-a", TRAINER, ("trainjobs", "trainingruntimes"), READ)
+            | expand("team-b", TRAINER, ("trainjobs", "trainingruntimes"), READ)
+            | lease_grants()
+        )
+        assert rendered.env()["TRAINER_METRICS_WATCH_CLUSTER_RUNTIMES"] == "false"
+        assert "team-a, team-b (not ClusterTrainingRuntimes" in rendered.notes
+    # The service then builds no ClusterTrainingRuntime informer (tests/integration/test_cluster_runtimes.py).
+
+
+def test_all_namespaces_without_cluster_runtimes(render: RenderFn) -> None:
+    rendered = render({"watchClusterRuntimes": False})
+    assert grants_of_service_account(rendered) == (
+        expand(CLUSTER, TRAINER, ("trainjobs", "trainingruntimes"), READ) | lease_grants()
+    )
+
+
+def test_namespace_override_moves_the_service_account_its_bindings_and_the_lease(render: RenderFn) -> None:
+    rendered = render({"namespaceOverride": "ml-monitoring", "watchNamespaces": ["team-a"]})
+    assert rendered.one("ServiceAccount")["metadata"]["namespace"] == "ml-monitoring"
+    grants = grants_of_service_account(rendered, sa_ns="ml-monitoring")
+    assert ("team-a", TRAINER, "trainjobs", "watch", "*") in grants
+    assert {g for g in grants if g[2] == "leases"} == {
+        ("ml-monitoring", *g[1:]) for g in lease_grants()
+    }  # the Role of the Lease is where the pods run: the Lease namespace is the pod's (downward API)

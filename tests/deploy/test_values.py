@@ -22,6 +22,7 @@ CONFIG_SCHEMA: dict[str, Any] = SCHEMA["properties"]["config"]["properties"]
 # Settings with a dedicated value instead of a `config` key (the value drives other objects too).
 DEDICATED = {
     "namespaces": "watchNamespaces",
+    "watch_cluster_runtimes": "watchClusterRuntimes",
     "leader_election": "leaderElection.enabled",
     "lease_name": "leaderElection.leaseName",
     "lease_namespace": "the release namespace",
@@ -65,6 +66,7 @@ CONFIG_SAMPLE: dict[str, Any] = {
     "terminal_page_max": 77,
     "handover_journal_size": 123456,
     "zero_hold_seconds": 30.0,
+    "exemplars": False,
     "handover_wait_seconds": 12.5,
     "per_trainjob_series": True,
     "per_trainjob_namespaces": ["team-a"],
@@ -139,6 +141,7 @@ def test_rendered_environment_is_accepted_by_the_service(
     values = {
         "config": CONFIG_SAMPLE,
         "watchNamespaces": ["team-a", "team-b"],
+        "watchClusterRuntimes": False,
         "leaderElection": {
             "leaseName": "tm-lock",
             "leaseDurationSeconds": 20,
@@ -166,6 +169,7 @@ def test_rendered_environment_is_accepted_by_the_service(
         else:
             assert getattr(s, key) == value, key
     assert s.namespaces == ["team-a", "team-b"]
+    assert s.watch_cluster_runtimes is False
     assert (s.lease_name, s.lease_namespace, s.identity) == ("tm-lock", "obs", "tm-trainer-metrics-7f9c-x1")
     assert (s.lease_duration_seconds, s.renew_deadline_seconds, s.retry_period_seconds) == (20, 12.5, 3)
     assert s.leader_election is True
@@ -253,6 +257,25 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("image-digest", {"image": {"digest": "latest"}}, "at '/image/digest'"),
     ("service-type", {"service": {"type": "ExternalName"}}, "at '/service/type'"),
+    ("registry-scheme", {"image": {"registry": "https://registry.example.com"}}, "at '/image/registry'"),
+    ("global-registry", {"global": {"imageRegistry": "a b"}}, "at '/global/imageRegistry'"),
+    (
+        "global-pull-secret",
+        {"global": {"imagePullSecrets": [{"nom": "x"}]}},
+        "at '/global/imagePullSecrets/0'",
+    ),
+    ("namespace-override", {"namespaceOverride": "Not_A_Namespace"}, "at '/namespaceOverride'"),
+    ("revision-history", {"revisionHistoryLimit": -1}, "at '/revisionHistoryLimit'"),
+    (
+        "target-label",
+        {"serviceMonitor": {"targetLabels": ["not a label"]}},
+        "at '/serviceMonitor/targetLabels/0'",
+    ),
+    (
+        "test-timeout",
+        {"testFramework": {"readyTimeoutSeconds": 0}},
+        "at '/testFramework/readyTimeoutSeconds'",
+    ),
 ]
 
 
@@ -290,6 +313,31 @@ BAD_COMBINATIONS: list[tuple[str, dict[str, Any], str]] = [
         "watch-timeout-max-below-default-min",
         {"config": {"watch_timeout_max_seconds": 200}},
         "config.watch_timeout_max_seconds (200) must not be below config.watch_timeout_min_seconds (300)",
+    ),
+    (
+        "use-cluster-role-all-namespaces",
+        {"rbac": {"useClusterRole": False}, "watchClusterRuntimes": False},
+        "rbac.useClusterRole false needs watchNamespaces",
+    ),
+    (
+        "use-cluster-role-cluster-runtimes",
+        {"rbac": {"useClusterRole": False}, "watchNamespaces": ["a"]},
+        "rbac.useClusterRole false needs watchClusterRuntimes: false",
+    ),
+    (
+        "use-cluster-role-auth",
+        {
+            "rbac": {"useClusterRole": False},
+            "watchNamespaces": ["a"],
+            "watchClusterRuntimes": False,
+            "auth": {"enabled": True},
+        },
+        "rbac.useClusterRole false cannot go with auth.enabled",
+    ),
+    (
+        "pod-monitor-target-labels",
+        {"podMonitor": {"enabled": True}, "serviceMonitor": {"targetLabels": ["team"]}},
+        "serviceMonitor.targetLabels does not exist in a PodMonitor",
     ),
     (
         "sa-name-required",

@@ -49,7 +49,9 @@ def setup() -> tuple[MetricsExposition, TrainerMetricState, SelfTelemetry]:
         ("application/openmetrics-text;version=0.0.1", False),
         ("application/openmetrics-text;q=0", False),
         (PROMETHEUS_ACCEPT, True),
-        ("text/plain;version=0.0.4;q=0.9, application/openmetrics-text;q=0.1", True),
+        # By q-value (prometheus_client's choose_encoder takes any OpenMetrics item): text is preferred here.
+        ("text/plain;version=0.0.4;q=0.9, application/openmetrics-text;q=0.1", False),
+        ("text/plain;version=0.0.4;q=0.1, application/openmetrics-text;q=0.9", True),
     ],
 )
 def test_wants_openmetrics(accept: str | None, expected: bool) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from app.cli import main as cli_main
 from app.config import ENV_PREFIX, SIM_ENV_PREFIX, Settings, SettingsError, load_settings, unknown_env_vars
+from app.trainer.rules import DEFAULT_ACCELERATOR_PATTERNS
 from kubesim.trainer.settings import SimSettings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -110,3 +111,15 @@ def test_readme_configuration_table_lists_every_setting() -> None:
     assert documented - expected == set(), (
         f"README documents unknown settings: {sorted(documented - expected)}"
     )
+
+
+def test_readme_states_the_default_accelerator_patterns() -> None:
+    """The README's row of ACCELERATOR_RESOURCE_PATTERNS spells the default list (issue 22: device resources
+    only), so the documentation cannot drift from rules.DEFAULT_ACCELERATOR_PATTERNS."""
+    row = next(
+        line
+        for line in README.read_text().splitlines()
+        if line.startswith("| `TRAINER_METRICS_ACCELERATOR_RESOURCE_")
+    )
+    assert f"`{','.join(DEFAULT_ACCELERATOR_PATTERNS)}`" in row
+    assert load_settings().accelerator_resource_patterns == list(DEFAULT_ACCELERATOR_PATTERNS)

@@ -46,6 +46,7 @@ BAD_VALUES = [
     ("NAMESPACES", "team-a,", "empty namespace in the list"),
     ("NAMESPACES", "team-a,team-a", "listed twice"),
     ("NAMESPACES", "x" * 64, "at most 63 characters"),
+    ("WATCH_CLUSTER_RUNTIMES", "maybe", "valid boolean"),
     # leader election: finite, within bounds
     ("LEASE_DURATION_SECONDS", "inf", "finite number"),
     ("LEASE_DURATION_SECONDS", "nan", "finite number"),

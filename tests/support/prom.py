@@ -10,7 +10,7 @@ import re
 import shutil
 import socket
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,9 +66,16 @@ class PromQLError(AssertionError):
 class Prometheus:
     """One Prometheus process scraping ``targets`` ({job name: (host:port, target labels)})."""
 
-    def __init__(self, workdir: Path, targets: Mapping[str, tuple[str, Mapping[str, str]]]) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        targets: Mapping[str, tuple[str, Mapping[str, str]]],
+        features: Sequence[str] = (),
+    ) -> None:
+        """``features``: ``--enable-feature`` values (``exemplar-storage``, ``native-histograms``)."""
         self.workdir = workdir
         self.targets = targets
+        self.features = tuple(features)
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "prometheus.log"
@@ -111,6 +118,7 @@ class Prometheus:
                         f"--web.listen-address=127.0.0.1:{self.port}",
                         "--storage.tsdb.retention.time=1h",
                         "--log.level=warn",
+                        *([f"--enable-feature={','.join(self.features)}"] if self.features else []),
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -196,6 +204,13 @@ class Prometheus:
         assert len(result) == 1, f"{expr}: expected one series, got {result}"
         return float(result[0]["value"][1])
 
+    def query_exemplars(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+        """``/api/v1/query_exemplars``: per series, its exemplars (labels, value, timestamp) in the range."""
+        data = self._api(
+            "/api/v1/query_exemplars", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+        )
+        return list(data)
+
     def label_values(self, label: str, match: str) -> list[str]:
         return list(self._api(f"/api/v1/label/{label}/values", {"match[]": match}))
 
@@ -253,9 +268,9 @@ def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProc
 
 @contextlib.contextmanager
 def running_prometheus(
-    workdir: Path, targets: Mapping[str, tuple[str, Mapping[str, str]]]
+    workdir: Path, targets: Mapping[str, tuple[str, Mapping[str, str]]], features: Sequence[str] = ()
 ) -> Iterator[Prometheus]:
-    prom = Prometheus(workdir, targets)
+    prom = Prometheus(workdir, targets, features)
     try:
         prom.start()
         yield prom

@@ -22,6 +22,7 @@ from app.trainer.projectors import (
     TRAINJOB_PROJECTOR,
     RuntimeProjector,
 )
+from app.trainer.quantity import NOT_A_COUNT
 from tests.trainer.manifests import by_kind, stored, typed
 
 G = "trainer.kubeflow.org"
@@ -47,9 +48,10 @@ def project_runtime(obj: Any, projector: RuntimeProjector) -> RuntimeProjection:
     return fast
 
 
-GI = 2**30
+# A size is kept, but never as a count of devices (app/trainer/quantity.py device_count).
+SIZE = NOT_A_COUNT
 # The example jobs' CPU/memory resourcesPerNode (examples 02, 03, 05): requests 2 CPU 4Gi, limits 4 CPU 8Gi.
-CPU_2_4: rules.NodeResources = ((("cpu", 2), ("memory", 4 * GI)), (("cpu", 4), ("memory", 8 * GI)))
+CPU_2_4: rules.NodeResources = ((("cpu", 2), ("memory", SIZE)), (("cpu", 4), ("memory", SIZE)))
 
 # (ref, numNodes, resourcesPerNode as kept, state) per example TrainJob
 JOB_EXPECTED: dict[str, tuple[str, int | None, rules.NodeResources | None, str]] = {
@@ -84,7 +86,7 @@ JOB_EXPECTED: dict[str, tuple[str, int | None, rules.NodeResources | None, str]]
     "examples/yaml/04-volcano-integration.yaml:volcano-example": (
         f"{CTR}/torch-distributed-volcano",
         4,
-        ((("cpu", 1), ("memory", 2 * GI)), (("cpu", 2), ("memory", 4 * GI))),
+        ((("cpu", 1), ("memory", SIZE)), (("cpu", 2), ("memory", SIZE))),
         "pending",
     ),
     "examples/yaml/05-multi-step.yaml:multi-step-example": (
@@ -96,17 +98,27 @@ JOB_EXPECTED: dict[str, tuple[str, int | None, rules.NodeResources | None, str]]
 }
 
 NO_RES = rules.NO_RESOURCES
-# (ml_policy, pod_group_policy, framework, mlPolicy.numNodes, runLauncherAsNode, default nodes,
-#  node container resources, merges resourcesPerNode)
-RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, int, rules.NodeResources, bool]] = {
-    "flux-distributed": ("flux", "none", "flux", 1, False, 1, NO_RES, True),
-    "torch-distributed-volcano": ("torch", "volcano", "torch", 1, False, 1, NO_RES, True),
-    "torch-distributed-with-cache": ("torch", "none", "torch", 1, False, 1, NO_RES, True),
+NODE_ONLY = frozenset({"node"})
+MPI_STEP = frozenset({"launcher", "node"})
+TORCH_NODES = rules.NodeRule(1, True, False, 0)
+TORCH = ("torch", "none", "torch", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY)
+# MPI runLauncherAsNode (plugins/mpi/mpi.go): the launcher (ancestor trainer: mlPolicy.numNodes 1) and the
+# `node` workers (parallelism 1) are both hosts; numNodes sizes `node` as max(n-1, 1) beside the launcher.
+MPI_LAUNCHER_AS_NODE = rules.NodeRule(2, True, True, 1)
+MPI = ("mpi", "none", "", 1, True, MPI_LAUNCHER_AS_NODE, NO_RES, True, MPI_STEP)
+# (ml_policy, pod_group_policy, framework, mlPolicy.numNodes, runLauncherAsNode, node rule,
+#  node container resources, merges resourcesPerNode, training-step jobs)
+RUNTIME_EXPECTED: dict[
+    str, tuple[str, str, str, int | None, bool, rules.NodeRule, rules.NodeResources, bool, frozenset[str]]
+] = {
+    "flux-distributed": ("flux", "none", "flux", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY),
+    "torch-distributed-volcano": ("torch", "volcano", *TORCH[2:]),
+    "torch-distributed-with-cache": TORCH,  # the dataset initializer is not part of the training step
     # MPI: the `node` worker job (no ancestor label) gets resourcesPerNode through runLauncherAsNode
-    "deepspeed-distributed": ("mpi", "none", "deepspeed", 1, True, 1, NO_RES, True),
-    "jax-distributed": ("jax", "none", "jax", 1, False, 1, NO_RES, True),
-    "mlx-distributed": ("mpi", "none", "mlx", 1, True, 1, NO_RES, True),
-    "torch-distributed": ("torch", "none", "torch", 1, False, 1, NO_RES, True),
+    "deepspeed-distributed": ("mpi", "none", "deepspeed", *MPI[3:]),
+    "jax-distributed": ("jax", "none", "jax", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY),
+    "mlx-distributed": ("mpi", "none", "mlx", *MPI[3:]),
+    "torch-distributed": TORCH,
     # limits only, a YAML int
     "torchtune-llama3.2-1b": (
         "torch",
@@ -114,9 +126,10 @@ RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, int, rules.No
         "torchtune",
         1,
         False,
-        1,
+        TORCH_NODES,
         ((), (("nvidia.com/gpu", 2),)),
         True,
+        NODE_ONLY,
     ),
     "torchtune-llama3.2-3b": (
         "torch",
@@ -124,9 +137,10 @@ RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, int, rules.No
         "torchtune",
         1,
         False,
-        1,
+        TORCH_NODES,
         ((), (("nvidia.com/gpu", 2),)),
         True,
+        NODE_ONLY,
     ),
     "torchtune-qwen2.5-1.5b": (
         "torch",
@@ -134,12 +148,13 @@ RUNTIME_EXPECTED: dict[str, tuple[str, str, str, int | None, bool, int, rules.No
         "torchtune",
         1,
         False,
-        1,
+        TORCH_NODES,
         ((), (("nvidia.com/gpu", 2),)),
         True,
+        NODE_ONLY,
     ),
-    "xgboost-distributed": ("xgboost", "none", "xgboost", 1, False, 1, NO_RES, True),
-    "torch-with-dataset-init": ("torch", "none", "torch", 1, False, 1, NO_RES, True),
+    "xgboost-distributed": ("xgboost", "none", "xgboost", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY),
+    "torch-with-dataset-init": ("torch", "none", "torch", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY),
 }
 
 
@@ -175,9 +190,10 @@ def test_example_runtimes(name: str, obj: dict[str, Any], projector: RuntimeProj
         rt.framework,
         rt.num_nodes,
         rt.run_launcher_as_node,
-        rt.default_nodes,
+        rt.nodes,
         rt.node_resources,
         rt.merges_job_resources,
+        rt.training_jobs,
     )
     assert got == expected
     assert rt.name == rname and rt.kind == projector.kind and not rt.malformed
@@ -220,10 +236,10 @@ def _cond(ctype: str, status: str, reason: str, t: str = "2025-06-01T10:10:00Z")
                 {"name": "dataset-initializer", "active": 1, "ready": 1},
                 {"name": "node", "active": 0, "ready": 0},
             ],
-            "running",
+            "pending",
             "",
             "",
-        ),  # an initializer's pods run
+        ),  # an initializer's pods run: not the training step (rules.training_ready)
         # a reason longer than 64 characters is cut and marked, so it never passes for a CamelCase reason
         ([_cond("Failed", "True", "X" * 100)], [], "failed", "failed", "X" * 63 + "…"),
         ([_cond("Suspended", "True", "Suspended")], [], "suspended", "", ""),
@@ -317,7 +333,14 @@ def _mutated(path: list[str], value: Any) -> Any:
             [{"type": "Complete", "status": "True", "lastTransitionTime": "soon"}],
             lambda j: j.result == "succeeded" and j.terminal_time is None,
         ),
-        (["status", "jobsStatus"], [{"name": "node", "ready": "3"}, {"ready": 2}], lambda j: j.ready),
+        # a count that is not a number, or an entry with no (or a non-string) name, is not the training step
+        (["status", "jobsStatus"], [{"name": "node", "ready": "3"}, {"ready": 2}], lambda j: not j.ready),
+        (["status", "jobsStatus"], [{"name": ["node"], "ready": 1}], lambda j: not j.ready and j.malformed),
+        (
+            ["status", "jobsStatus"],
+            [{"name": "x", "ready": "3"}, {"name": "node", "ready": 2}],
+            lambda j: j.ready and j.malformed,
+        ),
         (["metadata", "creationTimestamp"], 12, lambda j: j.created is None),
         (
             ["metadata", "namespace"],
@@ -389,17 +412,22 @@ def test_runtime_without_ml_policy_runs_the_template_parallelism() -> None:
     obj["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 3
     rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
     assert (rt.num_nodes, rt.default_nodes) == (None, 3)
-    assert rules.requested_nodes(None, rt.default_nodes) == 3
-    assert rules.requested_nodes(5, rt.default_nodes) == 5  # plainml.go EnforceMLPolicy: numNodes wins
+    assert rules.requested_nodes(None, rt.nodes) == 3
+    assert rules.requested_nodes(5, rt.nodes) == 5  # plainml.go EnforceMLPolicy: numNodes wins
     # with an mlPolicy, the policy's numNodes (default 1) replaces the parallelism of the trainer job
     obj["spec"]["mlPolicy"] = {"torch": {}}
     assert project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR).default_nodes == 1
     obj["spec"]["mlPolicy"] = {"numNodes": 4, "torch": {}}
     assert project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR).default_nodes == 4
-    # ... but only for the job labelled ancestor trainer: without the label, parallelism again
+    # ... but only for the job labelled ancestor trainer: without the label, parallelism again, and no
+    # plugin finds a trainer PodSet to size with the TrainJob's numNodes (FindPodSetByAncestor is nil)
     del obj["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"]
     rt = project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR)
     assert (rt.default_nodes, rt.merges_job_resources) == (3, False)
+    assert rules.requested_nodes(5, rt.nodes) == 3
+    # parallelism 0: WithPodSet keeps every PodSet at `max(count, 1)` pods (pkg/runtime/runtime.go)
+    obj["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 0
+    assert project_runtime(obj, CLUSTER_TRAINING_RUNTIME_PROJECTOR).default_nodes == 1
 
 
 def test_runtime_framework_missing() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.trainer import rules
+from app.trainer.quantity import NOT_A_COUNT
 from app.trainer.wire import Condition
 
 G = "trainer.kubeflow.org"
@@ -36,18 +37,33 @@ def test_runtime_ref_label(
     assert rules.runtime_ref_label(group, kind, name, ns) == label
 
 
+TORCH = rules.NodeRule(1, True, False, 0)
+
+
 @pytest.mark.parametrize(
-    ("job", "runtime", "nodes"),
+    ("job", "rule", "nodes"),
     [
-        (3, 1, 3),  # the job's value wins (every ML-policy plugin's EnforceMLPolicy)
-        (None, 2, 2),  # else the runtime's default (runtime_default_nodes)
+        (3, TORCH, 3),  # the job's value wins (every ML-policy plugin's EnforceMLPolicy)
+        (None, rules.NodeRule(2, True, False, 0), 2),  # else the runtime's count
         (None, None, 1),  # else 1: runtime missing
-        (0, 4, 0),  # 0 is legal and stays 0
-        (None, 0, 0),
+        (5, None, 5),  # runtime missing: the job's own value
+        (0, rules.NodeRule(4, True, False, 0), 0),  # 0 is legal and stays 0
+        # no PodSet the plugins size (no ancestor-trainer job): numNodes is ignored, the runtime's count stays
+        (8, rules.NodeRule(3, False, False, 0), 3),
+        # MPI runLauncherAsNode, the launcher one pod: `node` gets max(n-1, 1) pods, the launcher trains too
+        (1, rules.NodeRule(2, True, True, 1), 2),
+        (0, rules.NodeRule(2, True, True, 1), 2),
+        (2, rules.NodeRule(2, True, True, 1), 2),
+        (4, rules.NodeRule(2, True, True, 1), 4),
+        (None, rules.NodeRule(2, True, True, 1), 2),
+        (4, rules.NodeRule(1, True, False, 0), 4),  # MPI without it: numNodes `node` pods
     ],
 )
-def test_requested_nodes(job: int | None, runtime: int | None, nodes: int) -> None:
-    assert rules.requested_nodes(job, runtime) == nodes
+def test_requested_nodes(job: int | None, rule: rules.NodeRule | None, nodes: int) -> None:
+    """kubeflow/trainer v2.3.0: plugins/{torch,jax,xgboost,plainml} EnforceMLPolicy set the ancestor-trainer
+    PodSet's count to numNodes; plugins/mpi/mpi.go EnforceMLPolicy sets the `node` PodSet's to numNodes, or to
+    max(numNodes-1, 1) with runLauncherAsNode, and buildHostFileConfigMap lists the launcher as a host too."""
+    assert rules.requested_nodes(job, rule) == nodes
 
 
 @pytest.mark.parametrize(
@@ -58,14 +74,66 @@ def test_requested_nodes(job: int | None, runtime: int | None, nodes: int) -> No
         ((False, None, True, 3), 3),  # no mlPolicy: the template's parallelism
         ((False, None, True, None), 1),  # ... ptr.Deref(parallelism, 1)
         ((True, 4, False, 2), 2),  # trainer job without the ancestor label: parallelism
-        ((False, None, False, 0), 0),  # parallelism 0 is legal
+        ((False, None, False, 0), 1),  # at least 1: WithPodSet's max(count, 1)
+        ((True, 0, True, None), 1),
     ],
 )
-def test_runtime_default_nodes(args: tuple[bool, int | None, bool, int | None], nodes: int) -> None:
+def test_pod_set_count(args: tuple[bool, int | None, bool, int | None], nodes: int) -> None:
     """kubeflow/trainer v2.3.0 pkg/runtime/core/trainingruntime.go newRuntimeInfo: ``count :=
     ptr.Deref(rJob.Template.Spec.Parallelism, 1)``, then ``ptr.Deref(mlPolicy.NumNodes, 1)`` for the
-    ancestor-``trainer`` job when ``mlPolicy != nil``."""
-    assert rules.runtime_default_nodes(*args) == nodes
+    ancestor-``trainer`` job when ``mlPolicy != nil``; pkg/runtime/runtime.go WithPodSet keeps
+    ``max(count, 1)``."""
+    assert rules.pod_set_count(*args) == nodes
+
+
+def _node_rule(jobs: list[rules.PodSetParts], policy: dict[str, object] | None) -> rules.NodeRule:
+    return rules.node_rule(
+        jobs,
+        has_ml_policy=policy is not None,
+        ml_policy_num_nodes=rules.runtime_num_nodes(policy)[0],
+        mpi=rules.is_mpi(policy),
+        launcher_as_node=rules.run_launcher_as_node(policy),
+    )
+
+
+INIT = ("dataset-initializer", False, None)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "policy", "rule"),
+    [
+        # torch-distributed, torchtune (initializers first): the ancestor-trainer job
+        ([("node", True, None)], {"numNodes": 1, "torch": {}}, TORCH),
+        ([INIT, ("node", True, 5)], {"numNodes": 3, "torch": {}}, rules.NodeRule(3, True, False, 0)),
+        # no mlPolicy (plainml): the trainer's parallelism, sized by numNodes
+        ([("node", True, 4)], None, rules.NodeRule(4, True, False, 0)),
+        # no job labelled trainer: FindPodSetByAncestor is nil, no plugin applies numNodes; the `node` job's
+        # parallelism, else 1
+        ([INIT, ("node", False, 3)], {"numNodes": 2, "torch": {}}, rules.NodeRule(3, False, False, 0)),
+        ([("worker", False, 3)], None, rules.NodeRule(1, False, False, 0)),
+        # deepspeed/mlx: `node` workers unlabelled (parallelism 1), the launcher labelled trainer
+        # (mlPolicy.numNodes 1), runLauncherAsNode: both are hosts
+        (
+            [("node", False, None), ("launcher", True, None)],
+            {"numNodes": 1, "mpi": {"runLauncherAsNode": True}},
+            rules.NodeRule(2, True, True, 1),
+        ),
+        # MPI without runLauncherAsNode: the `node` pods only
+        (
+            [("launcher", False, None), ("node", True, None)],
+            {"numNodes": 3, "mpi": {}},
+            rules.NodeRule(3, True, False, 0),
+        ),
+        # MPI without a `node` job: numNodes sizes nothing (FindPodSetByName(constants.Node) is nil)
+        (
+            [("launcher", True, None)],
+            {"numNodes": 1, "mpi": {"runLauncherAsNode": True}},
+            rules.NodeRule(1, False, True, 1),
+        ),
+    ],
+)
+def test_node_rule(jobs: list[rules.PodSetParts], policy: dict[str, object] | None, rule: object) -> None:
+    assert _node_rule(jobs, policy) == rule
 
 
 GPU = "nvidia.com/gpu"
@@ -78,9 +146,10 @@ def res(requests: dict[str, int] | None = None, limits: dict[str, int] | None = 
 @pytest.mark.parametrize(
     ("requests", "limits", "expected", "malformed"),
     [
-        ({"nvidia.com/gpu": "1", "cpu": "500m"}, None, res({GPU: 1, "cpu": 1}), False),  # rounded up
+        # a share or a size is kept (it overrides when merged) but is never a count of devices
+        ({"nvidia.com/gpu": "1", "cpu": "500m"}, None, res({GPU: 1, "cpu": NOT_A_COUNT}), False),
         (None, {"nvidia.com/gpu": 2}, res(limits={GPU: 2}), False),  # YAML int
-        ({"memory": "4Gi"}, {}, res({"memory": 4 * 2**30}), False),
+        ({"memory": "4Gi"}, {}, res({"memory": NOT_A_COUNT}), False),
         ({"nvidia.com/gpu": "0"}, None, res({GPU: 0}), False),  # kept: a 0 overrides the runtime's GPUs
         # not a Kubernetes resource name or not a quantity: dropped and flagged (never a label value)
         ({"NVIDIA.COM/GPU": "1", "amd.com/gpu": "1"}, None, res({"amd.com/gpu": 1}), True),
@@ -181,6 +250,7 @@ def test_accelerator_patterns() -> None:
     default = rules.DEFAULT_ACCELERATORS
     for name in (
         "nvidia.com/gpu",
+        "nvidia.com/gpu.shared",
         "nvidia.com/mig-1g.10gb",
         "nvidia.com/mig-3g.40gb",
         "amd.com/gpu",
@@ -196,14 +266,14 @@ def test_accelerator_patterns() -> None:
     for name in (
         "cpu",
         "memory",
-        "nvidia.com/gpu.shared",
+        "gpu.intel.com/millicores",  # the device resources only (tests/trainer/test_device_resources.py)
         "example.com/gpu",
         "google.com/tpu-v5",
         "nvidia.com/mig",
     ):
         assert not default(name), name
     custom = rules.AcceleratorMatcher(["*gpu*", "example.com/fpga"])  # #4190's rule, plus an FPGA
-    assert custom("nvidia.com/gpu.shared") and custom("example.com/fpga") and not custom("google.com/tpu")
+    assert custom("gpu.intel.com/tiles") and custom("example.com/fpga") and not custom("google.com/tpu")
     assert not rules.AcceleratorMatcher([])("nvidia.com/gpu")
     assert rules.AcceleratorMatcher(["a.io/x.y"])("a.io/x.y") and not rules.AcceleratorMatcher(["a.io/x.y"])(
         "a.io/xzy"

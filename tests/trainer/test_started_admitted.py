@@ -116,7 +116,9 @@ def test_a_job_seen_running_for_the_first_time_is_observed_once() -> None:
     state, sink, wall = make()
     d = Driver(state, job(rv=10), initial=False)
     d.to(job(rv=11, ready=True))
-    assert started(sink) == [JobStarted(11, "uid-j1", TORCH, 1000.0, "team-a")]
+    # at: when it was seen running (creation + startup), for the exemplar
+    seen = CREATED_EPOCH + 1000.0
+    assert started(sink) == [JobStarted(11, "uid-j1", TORCH, 1000.0, "team-a", key="team-a/j1", at=seen)]
     # Pods lost (pending again), then ready again; preempted and resumed; resyncs: never again.
     wall.now += 50
     d.to(job(rv=12))
@@ -176,7 +178,9 @@ def test_admission_wait_of_a_job_created_suspended() -> None:
     d.to(job(rv=12, suspended=True))  # Kueue admits: spec.suspend false; the condition still True
     assert admitted(sink) == []
     d.to(job(rv=13, resumed=ADMITTED))  # the controller: Suspended=False/Resumed
-    assert admitted(sink) == [JobAdmitted(13, "uid-j1", TORCH, 450.0, "team-a")]
+    # at: the Resumed condition's time
+    resumed = CREATED_EPOCH + 450.0
+    assert admitted(sink) == [JobAdmitted(13, "uid-j1", TORCH, 450.0, "team-a", key="team-a/j1", at=resumed)]
     d.to(job(rv=14, resumed=ADMITTED, ready=True))
     assert [e.rv for e in started(sink)] == [14]
     # Preempted and admitted again: neither edge again.

@@ -21,6 +21,7 @@ from tests.trainer.manifests import TORCH, Clock, G, by_kind, runtime, runtime_d
 TUNE = f"{G}/ClusterTrainingRuntime//torchtune-llama3.2-1b"
 DEEPSPEED = f"{G}/ClusterTrainingRuntime//deepspeed-distributed"
 CREATED = "2025-06-01T10:00:00Z"
+CREATED_AT = 1748772000.0  # CREATED in epoch seconds
 DONE = "2025-06-01T10:30:00Z"
 
 
@@ -128,6 +129,8 @@ def test_created_after_the_initial_list() -> None:
             requested_nodes=3,
             accelerator_class="nvidia.com/gpu",
             requested_accelerators=6,
+            key="team-a/a",  # the job behind it, for exemplars
+            at=CREATED_AT,
         )
     ]
     assert sink.gauge == {("team-a", TORCH, "pending"): 1}
@@ -158,6 +161,8 @@ def test_terminal_edge_counted_once_whatever_the_updates() -> None:
             runtime_ref=TORCH,
             lifetime_seconds=1800.0,
             namespace="team-a",
+            key="team-a/a",
+            at=CREATED_AT + 1800.0,  # the terminal condition's time
         )
     ]
     assert sink.gauge == {("team-a", TORCH, "failed"): 1}
@@ -368,12 +373,14 @@ def test_runtime_info_and_snapshot() -> None:
     assert f"{G}/TrainingRuntime/team-b/torch-with-dataset-init" in snap
 
 
-def test_mpi_run_launcher_as_node_keeps_the_logical_node_count() -> None:
+def test_mpi_run_launcher_as_node_counts_the_launcher_as_a_node() -> None:
+    """kubeflow/trainer v2.3.0 plugins/mpi/mpi.go: numNodes 4 gives `node` 3 pods beside the launcher; with
+    no numNodes, deepspeed runs its launcher and one `node` worker, both hosts (see test_node_count.py)."""
     state, sink, _ = make()
     state.runtime_handler.on_added(runtime("deepspeed-distributed"), True)
     state.job_handler.on_added(job("a", runtime="deepspeed-distributed", num_nodes=4, gpus="1"), False)
     state.job_handler.on_added(job("b", runtime="deepspeed-distributed", num_nodes=None, gpus="1"), False)
-    assert [(e.requested_nodes, e.requested_accelerators) for e in sink.created] == [(4, 4), (1, 1)]
+    assert [(e.requested_nodes, e.requested_accelerators) for e in sink.created] == [(4, 4), (2, 2)]
 
 
 def test_accelerators_from_runtime_container_vs_resources_per_node() -> None:
@@ -587,6 +594,8 @@ def test_created_waits_for_a_late_runtime() -> None:
             requested_nodes=2,
             accelerator_class="nvidia.com/gpu",
             requested_accelerators=4,
+            key="team-a/a",
+            at=CREATED_AT,
         )
     ]
     assert state.pending_count == 0
@@ -620,6 +629,21 @@ def test_fully_specified_job_waits_for_its_runtime_too() -> None:
     clock.now += 1
     state.runtime_handler.on_added(runtime("torchtune-llama3.2-1b"), False)
     assert sink.created[0].accelerators == (("nvidia.com/gpu", 4),)
+
+
+def test_unwatched_cluster_runtimes_are_not_waited_for() -> None:
+    """A namespaced install does not watch ClusterTrainingRuntimes: their jobs are counted at once, with the
+    job's own spec; a TrainingRuntime not known yet is still waited for."""
+    sink, clock = RecordingSink(), Clock()
+    state = TrainerState(
+        sink, clock=clock, wall_clock=lambda: 1.75e9, runtime_wait_seconds=5, cluster_runtimes_watched=False
+    )
+    state.job_handler.on_added(job("a", runtime="torchtune-llama3.2-1b", num_nodes=3, gpus="2"), False)
+    assert state.pending_count == 0
+    (ev,) = sink.created
+    assert (ev.runtime_ref, ev.requested_nodes, ev.accelerators) == (TUNE, 3, (("nvidia.com/gpu", 6),))
+    state.job_handler.on_added(job("b", runtime="mine", kind="TrainingRuntime"), False)
+    assert state.pending_count == 1 and len(sink.created) == 1
 
 
 def test_finished_waits_behind_its_pending_created() -> None:

@@ -8,9 +8,10 @@ runtime policies) so that the typed and the tolerant decoding paths share exactl
 
 This package is the only home of the Trainer rules; its submodules group them by what they read
 (labels: shared vocabularies and name checks; status: conditions, state, reason and timestamps;
-nodes: node counts and per-node requests and limits; accelerators: patterns and ceilings; runtimes:
-runtime refs and policies). Every public name is re-exported here, so callers write
-``rules.X`` or ``from app.trainer.rules import X`` whatever submodule holds it.
+steps: the training step, the child Jobs whose readiness makes a job running; nodes: node counts and
+per-node requests and limits; accelerators: patterns and ceilings; runtimes: runtime refs and policies).
+Every public name is re-exported here, so callers write ``rules.X`` or ``from app.trainer.rules import X``
+whatever submodule holds it.
 """
 
 from __future__ import annotations
@@ -45,30 +46,36 @@ from app.trainer.rules.labels import (
     is_resource_name,
 )
 from app.trainer.rules.nodes import (
+    LAUNCHER,
     MAX_NUM_NODES,
     MAX_RESOURCE_ENTRIES,
     NO_RESOURCES,
+    NODE,
     NodeResources,
+    NodeRule,
+    PodSetParts,
     ResourceList,
     coerce_count,
     merge_resources,
     node_resources,
+    node_rule,
+    pod_set_count,
     requested_nodes,
-    runtime_default_nodes,
 )
 from app.trainer.rules.runtimes import (
     ANCESTOR_LABEL,
     ANCESTOR_TRAINER,
+    CLUSTER_RUNTIME_REF_PREFIX,
     CLUSTER_TRAINING_RUNTIME_KIND,
     DEFAULT_RUNTIME_API_GROUP,
     DEFAULT_RUNTIME_KIND,
     FRAMEWORK_LABEL,
     ML_POLICIES,
-    NODE,
     POD_GROUP_POLICIES,
     RUNTIME_KINDS,
     TRAINING_RUNTIME_KIND,
     framework,
+    is_mpi,
     is_trainer_ancestor,
     merges_job_resources,
     ml_policy,
@@ -93,19 +100,32 @@ from app.trainer.rules.status import (
     reason_bucket,
     seconds_since_creation,
 )
+from app.trainer.rules.steps import (
+    DATASET_INITIALIZER,
+    FALLBACK_TRAINING_JOBS,
+    INITIALIZER_STEPS,
+    MODEL_INITIALIZER,
+    training_jobs,
+    training_ready,
+)
 
 __all__ = [
     "ANCESTOR_LABEL",
     "ANCESTOR_TRAINER",
+    "CLUSTER_RUNTIME_REF_PREFIX",
     "CLUSTER_TRAINING_RUNTIME_KIND",
+    "DATASET_INITIALIZER",
     "DEFAULT_ACCELERATORS",
     "DEFAULT_ACCELERATOR_PATTERNS",
     "DEFAULT_RUNTIME_API_GROUP",
     "DEFAULT_RUNTIME_KIND",
     "FAILED",
     "FAILURE_REASONS",
+    "FALLBACK_TRAINING_JOBS",
     "FRAMEWORK_LABEL",
+    "INITIALIZER_STEPS",
     "JOB_STATES",
+    "LAUNCHER",
     "MAX_ACCELERATORS_PER_JOB",
     "MAX_ACCELERATORS_PER_NODE",
     "MAX_ACCELERATOR_PATTERNS",
@@ -116,6 +136,7 @@ __all__ = [
     "MAX_RESOURCE_ENTRIES",
     "MAX_RESOURCE_NAME",
     "ML_POLICIES",
+    "MODEL_INITIALIZER",
     "NODE",
     "NONE",
     "NO_ACCELERATORS",
@@ -136,12 +157,15 @@ __all__ = [
     "Accelerators",
     "ConditionLike",
     "NodeResources",
+    "NodeRule",
+    "PodSetParts",
     "ResourceList",
     "accelerator_pattern_error",
     "coerce_count",
     "framework",
     "is_condition_reason",
     "is_dns_label",
+    "is_mpi",
     "is_reason_label",
     "is_resource_name",
     "is_trainer_ancestor",
@@ -152,15 +176,18 @@ __all__ = [
     "merges_job_resources",
     "ml_policy",
     "node_resources",
+    "node_rule",
     "parse_time",
     "pod_group_policy",
+    "pod_set_count",
     "reason_bucket",
     "requested_accelerators",
     "requested_nodes",
     "requests_within_ceilings",
     "run_launcher_as_node",
-    "runtime_default_nodes",
     "runtime_num_nodes",
     "runtime_ref_label",
     "seconds_since_creation",
+    "training_jobs",
+    "training_ready",
 ]

@@ -22,15 +22,22 @@ NO_ACCELERATORS: Final[Accelerators] = ((NONE, 0),)
 # Accelerator resource names, as glob patterns (`*` matches any run of characters, case-sensitive as
 # Kubernetes resource names are). Upstream #4190 counts any name containing "gpu"; that misses TPUs,
 # Gaudi, Neuron and MIG slices, and would take e.g. a "gpu-memory" resource for accelerators. This default
-# covers the device plugins in wide use; the setting accelerator_resource_patterns replaces it.
+# names the *devices* of the device plugins in wide use, and nothing else they advertise: Intel's GPU plugin
+# also offers gpu.intel.com/millicores, memory.max, tiles, i915_monitoring and xe_monitoring, which are
+# shares, sizes or monitoring handles, not devices (so no `gpu.intel.com/*`). The setting
+# accelerator_resource_patterns replaces it.
 DEFAULT_ACCELERATOR_PATTERNS: Final = (
     "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",  # time-slicing or MPS with renameByDefault: a replica of a GPU
     "nvidia.com/mig-*",  # MIG slices under the mixed strategy, e.g. nvidia.com/mig-1g.10gb
     "amd.com/gpu",
-    "gpu.intel.com/*",  # gpu.intel.com/i915, gpu.intel.com/xe
+    "gpu.intel.com/i915",  # Intel GPUs on the i915 driver
+    "gpu.intel.com/xe",  # Intel GPUs on the xe driver
     "google.com/tpu",
     "habana.ai/gaudi",
-    "aws.amazon.com/neuron*",  # neuron, neuroncore, neurondevice
+    "aws.amazon.com/neuron",  # Neuron devices (aws-neuron device plugin)
+    "aws.amazon.com/neuroncore",
+    "aws.amazon.com/neurondevice",
 )
 MAX_ACCELERATOR_PATTERNS: Final = 64
 # What a pattern may contain: the characters of a resource name, and `*`.
@@ -86,7 +93,8 @@ class AcceleratorMatcher:
         server defaults each missing request to its limit (kubernetes ``pkg/apis/core/v1/defaults.go``
         SetDefaults_Pod), and the scheduler and device plugins allocate by request. Per resource, not per
         list: #4190 read limits only when requests named no GPU at all, which is the same for every valid
-        pod. A count of 0 requests nothing (a TrainJob overriding a GPU runtime with ``gpu: 0``).
+        pod. A count of 0 requests nothing (a TrainJob overriding a GPU runtime with ``gpu: 0``), and neither
+        does a quantity that is not a whole count (``8G``, ``500m``: quantity.NOT_A_COUNT), whatever its name.
         """
         hit = self._per_node.get(resources)
         if hit is None:

@@ -11,45 +11,110 @@ what keeps one template's thousands of TrainJobs sharing one value.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Final, NamedTuple
 
-from app.trainer.quantity import accelerator_count
+from app.trainer.quantity import device_count
 from app.trainer.rules.labels import _MAX_MEMO_KEY, _MEMO_MAX, is_resource_name
 
 MAX_NUM_NODES: Final = 2**31 - 1  # numNodes is an int32
+# kubeflow/trainer v2.3.0 pkg/constants/constants.go: Node, the trainer's replicated job and container;
+# Launcher, the MPI launcher's replicated job.
+NODE: Final = "node"
+LAUNCHER: Final = "launcher"
 
 
-def requested_nodes(job_num_nodes: int | None, runtime_nodes: int | None) -> int:
-    """``spec.trainer.numNodes``, else the runtime's default node count (``runtime_default_nodes``),
-    else 1 (pass ``None`` when the runtime is not known).
+class NodeRule(NamedTuple):
+    """How the controller counts a runtime's training nodes, for ``requested_nodes`` (built by ``node_rule``
+    once per runtime version)."""
 
-    Every ML-policy plugin replaces the trainer PodSet count with ``spec.trainer.numNodes`` when it is
-    set (kubeflow/trainer v2.3.0 ``pkg/runtime/framework/plugins/{torch,jax,xgboost,plainml}``
-    EnforceMLPolicy; ``mpi/mpi.go`` EnforceMLPolicy; ``flux/flux.go`` reads it directly). 0 is a legal
-    request and stays 0. This is the *logical* node count, as in docs/design/product.md and #4190: MPI's
-    ``runLauncherAsNode`` only changes how many pods the ``node`` replicated job gets (``max(n-1, 1)``,
-    the launcher being the n-th node), not the number of training nodes requested.
+    default: int  # training nodes when the TrainJob sets no numNodes
+    takes_job_nodes: bool  # spec.trainer.numNodes sets the count: a plugin finds the PodSet it sizes
+    # MPI runLauncherAsNode: numNodes n gives `node` max(n-1, 1) pods, beside the launcher
+    launcher_as_node: bool
+    launcher_nodes: int  # the launcher's pods, training nodes too (launcher_as_node only, else 0)
+
+
+def requested_nodes(job_num_nodes: int | None, rule: NodeRule | None) -> int:
+    """The training nodes the controller runs for a TrainJob: the pods of its training PodSets once
+    ``spec.trainer.numNodes`` is applied (kubeflow/trainer v2.3.0, the EnforceMLPolicy plugins over
+    ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo's PodSet counts; see ``node_rule``).
+
+    - ``rule`` None (the runtime is not known): ``numNodes``, else 1.
+    - ``numNodes`` unset, or a runtime whose plugins find no PodSet to size (``takes_job_nodes`` False: no
+      replicated job labelled ancestor ``trainer``, or MPI without a ``node`` job): the runtime's count,
+      ``numNodes`` ignored as the controller ignores it.
+    - MPI with runLauncherAsNode: the launcher's pods plus ``max(numNodes-1, 1)`` ``node`` pods
+      (``plugins/mpi/mpi.go`` EnforceMLPolicy; buildHostFileConfigMap lists both as hosts), so ``numNodes: 1``
+      trains on 2 nodes (the launcher and one worker), and so does ``numNodes: 0``.
+    - Otherwise ``numNodes``: the torch, jax, xgboost and plainml (also flux and no mlPolicy) plugins set the
+      trainer PodSet's count to it, the MPI plugin the ``node`` PodSet's. 0 is a legal request and stays 0.
     """
-    if job_num_nodes is not None:
-        return job_num_nodes
-    if runtime_nodes is not None:
-        return runtime_nodes
-    return 1
+    if rule is None:
+        return 1 if job_num_nodes is None else job_num_nodes
+    if job_num_nodes is None or not rule.takes_job_nodes:
+        return rule.default
+    if rule.launcher_as_node:
+        return rule.launcher_nodes + max(job_num_nodes - 1, 1)
+    return job_num_nodes
 
 
-def runtime_default_nodes(
+def pod_set_count(
     has_ml_policy: bool, ml_policy_num_nodes: int | None, trainer_ancestor: bool, parallelism: int | None
 ) -> int:
-    """The node count the controller gives a runtime's trainer replicated job before the TrainJob's own
-    ``numNodes`` (kubeflow/trainer v2.3.0 ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo):
-    ``ptr.Deref(template.spec.parallelism, 1)``, replaced by ``ptr.Deref(mlPolicy.numNodes, 1)`` for the
-    job labelled ancestor-step ``trainer`` when the runtime has an mlPolicy. So a runtime without an
-    mlPolicy (or whose trainer job lacks the ancestor label) runs ``parallelism`` nodes, not 1.
+    """The pod count the controller gives one replicated job before the TrainJob's own ``numNodes``
+    (kubeflow/trainer v2.3.0 ``pkg/runtime/core/trainingruntime.go`` newRuntimeInfo):
+    ``ptr.Deref(template.spec.parallelism, 1)``, replaced by ``ptr.Deref(mlPolicy.numNodes, 1)`` for a job
+    labelled ancestor-step ``trainer`` when the runtime has an mlPolicy; at least 1
+    (``pkg/runtime/runtime.go`` WithPodSet: ``Count: ptr.To(max(count, 1))``, which the JobSet plugin's
+    SyncParallelCount writes back as the Job's parallelism). So a runtime without an mlPolicy (or whose
+    trainer job lacks the ancestor label) runs ``parallelism`` nodes, not 1.
     """
     if has_ml_policy and trainer_ancestor:
-        return 1 if ml_policy_num_nodes is None else ml_policy_num_nodes
-    return 1 if parallelism is None else parallelism
+        count = 1 if ml_policy_num_nodes is None else ml_policy_num_nodes
+    else:
+        count = 1 if parallelism is None else parallelism
+    return max(count, 1)
+
+
+# (name, labelled ancestor `trainer`, parallelism as coerce_count read it) of a runtime's replicated job
+PodSetParts = tuple[object, bool, int | None]
+
+
+def node_rule(
+    jobs: Sequence[PodSetParts],
+    *,
+    has_ml_policy: bool,
+    ml_policy_num_nodes: int | None,
+    mpi: bool,
+    launcher_as_node: bool,
+) -> NodeRule:
+    """How the controller counts the training nodes of a runtime whose replicated jobs are ``jobs`` (in
+    template order), with ``pod_set_count`` giving each job's count before the TrainJob's ``numNodes``:
+
+    - MPI (``plugins/mpi/mpi.go``): the hosts are the ``node`` pods, plus the launcher's with
+      runLauncherAsNode (isNode); ``numNodes`` sizes the first PodSet named ``node`` (FindPodSetByName), so
+      it is ignored without one.
+    - Otherwise the first job labelled ancestor ``trainer`` (FindPodSetByAncestor, which every other plugin
+      sizes with ``numNodes``). A runtime without one: the job named ``node`` (constants.Node, whose ``node``
+      container ExtractResourcePerNodeFromRuntime reads), else 1, and no plugin applies ``numNodes``.
+    """
+
+    def count(job: PodSetParts) -> int:
+        return pod_set_count(has_ml_policy, ml_policy_num_nodes, job[1], job[2])
+
+    if mpi:
+        node = next((j for j in jobs if j[0] == NODE), None)
+        launcher = next((j for j in jobs if j[0] == LAUNCHER), None) if launcher_as_node else None
+        if node is not None or launcher is not None:
+            launcher_nodes = count(launcher) if launcher is not None else 0
+            default = (count(node) if node is not None else 0) + launcher_nodes
+            return NodeRule(default, node is not None, launcher_as_node, launcher_nodes)
+    trainer = next((j for j in jobs if j[1]), None)
+    if trainer is not None:
+        return NodeRule(count(trainer), True, False, 0)
+    node = next((j for j in jobs if j[0] == NODE), None)
+    return NodeRule(count(node) if node is not None else 1, False, False, 0)
 
 
 def coerce_count(value: object) -> tuple[int | None, bool]:
@@ -76,8 +141,10 @@ def coerce_count(value: object) -> tuple[int | None, bool]:
 
 # --- per-node resources ---------------------------------------------------------------------------
 
-# A container's resource list as the rules keep it: (resource name, whole units rounded up) pairs sorted
-# by name; only valid resource names with parsable quantities. Requests and limits of one container.
+# A container's resource list as the rules keep it: (resource name, device count) pairs sorted by name; only
+# valid resource names with parsable quantities. A quantity that is not a whole count ("8G", "500m") is kept
+# as quantity.NOT_A_COUNT, never a number of devices, but still there to override the runtime's value of that
+# name when merged. Requests and limits of one container.
 ResourceList = tuple[tuple[str, int], ...]
 NodeResources = tuple[ResourceList, ResourceList]  # (requests, limits)
 NO_RESOURCES: Final[NodeResources] = ((), ())
@@ -197,7 +264,7 @@ def _parse_resource_list(source: object) -> tuple[ResourceList, bool]:
         if not isinstance(name, str) or not is_resource_name(name):
             malformed = True
             continue
-        count = accelerator_count(quantity)
+        count = device_count(quantity)
         if count is None:
             malformed = True
             continue

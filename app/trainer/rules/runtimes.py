@@ -13,7 +13,7 @@ from typing import Final
 
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINER_GROUP, TRAINING_RUNTIMES
 from app.trainer.rules.labels import _MAX_MEMO_KEY, _MEMO_MAX, MAX_LABEL_VALUE, NONE, UNKNOWN, is_dns_label
-from app.trainer.rules.nodes import coerce_count
+from app.trainer.rules.nodes import NODE, coerce_count
 
 ML_POLICIES: Final = ("torch", "mpi", "flux", "jax", "xgboost", NONE, UNKNOWN)
 POD_GROUP_POLICIES: Final = ("coscheduling", "volcano", NONE, UNKNOWN)
@@ -21,6 +21,8 @@ POD_GROUP_POLICIES: Final = ("coscheduling", "volcano", NONE, UNKNOWN)
 TRAINING_RUNTIME_KIND: Final = TRAINING_RUNTIMES.kind
 CLUSTER_TRAINING_RUNTIME_KIND: Final = CLUSTER_TRAINING_RUNTIMES.kind
 RUNTIME_KINDS: Final = (TRAINING_RUNTIME_KIND, CLUSTER_TRAINING_RUNTIME_KIND)
+# How every runtime_ref of a ClusterTrainingRuntime starts (its namespace part is empty).
+CLUSTER_RUNTIME_REF_PREFIX: Final = f"{TRAINER_GROUP}/{CLUSTER_TRAINING_RUNTIME_KIND}//"
 # CRD defaults of spec.runtimeRef (applied by the apiserver; we apply them again for nil values).
 DEFAULT_RUNTIME_API_GROUP: Final = TRAINER_GROUP
 DEFAULT_RUNTIME_KIND: Final = CLUSTER_TRAINING_RUNTIME_KIND
@@ -28,7 +30,6 @@ DEFAULT_RUNTIME_KIND: Final = CLUSTER_TRAINING_RUNTIME_KIND
 FRAMEWORK_LABEL: Final = "trainer.kubeflow.org/framework"
 ANCESTOR_LABEL: Final = "trainer.kubeflow.org/trainjob-ancestor-step"
 ANCESTOR_TRAINER: Final = "trainer"
-NODE: Final = "node"  # the trainer replicated job and its container (pkg/constants)
 
 _ML_POLICY_ORDER: Final = ("torch", "mpi", "flux", "jax", "xgboost")
 _POD_GROUP_POLICY_ORDER: Final = ("coscheduling", "volcano")
@@ -114,10 +115,16 @@ def runtime_num_nodes(ml_policy_obj: object) -> tuple[int | None, bool]:
     return coerce_count(ml_policy_obj.get("numNodes"))
 
 
+def is_mpi(ml_policy_obj: object) -> bool:
+    """The runtime's mlPolicy has an ``mpi`` source: the MPI plugin acts on it (kubeflow/trainer v2.3.0
+    ``plugins/mpi/mpi.go`` EnforceMLPolicy: ``MLPolicySource.MPI != nil``), whatever else is set."""
+    return isinstance(ml_policy_obj, Mapping) and ml_policy_obj.get("mpi") is not None
+
+
 def run_launcher_as_node(ml_policy_obj: object) -> bool:
-    """``spec.mlPolicy.mpi.runLauncherAsNode`` (default false). It does not change the logical node count
-    (see requested_nodes) but does decide whether a TrainJob's resourcesPerNode reaches the ``node`` job
-    (see merges_job_resources)."""
+    """``spec.mlPolicy.mpi.runLauncherAsNode`` (default false): the launcher is a training node too (see
+    nodes.node_rule), and a TrainJob's resourcesPerNode also reaches the ``node`` job
+    (merges_job_resources)."""
     if not isinstance(ml_policy_obj, Mapping):
         return False
     mpi = ml_policy_obj.get("mpi")

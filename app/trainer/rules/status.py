@@ -117,17 +117,19 @@ def job_state(result: str, suspend: bool, suspended_cond: bool, ready: bool) -> 
 
     Terminal wins; then suspended when either the spec asks for it (Kueue creates jobs with
     ``suspend: true`` before the controller sets the condition) or the controller still reports the
-    Suspended condition (a resume is not effective until the controller acts); then running when some
-    child Job is ready (``status.jobsStatus[].ready > 0``); else pending.
+    Suspended condition (a resume is not effective until the controller acts); then running when a child
+    Job of the training step is ready (``ready``: steps.training_ready); else pending.
 
     There is no Running condition. ``jobsStatus`` is copied from the JobSet's ``replicatedJobsStatus``
     (kubeflow/trainer v2.3.0 ``pkg/runtime/framework/plugins/jobset/jobset.go`` Status), where ``active``
     counts child Jobs with a pod running *or pending* and ``ready`` those whose ready plus succeeded pods
     reach the Job's expected pod count (kubernetes-sigs/jobset v0.12.0
     ``pkg/controllers/jobset_controller.go`` calculateReplicatedJobStatuses). ``active`` alone would call
-    a job whose pods wait for GPUs "running"; ``ready`` says its pods actually run. So pending covers
-    "no JobSet or pods yet", "pods waiting for capacity" and "pods starting" (image pulls, init containers),
-    and running starts once one child Job, an initializer's or the trainer's, has all its pods ready.
+    a job whose pods wait for GPUs "running"; ``ready`` says its pods actually run. And only the training
+    step's jobs count (steps.training_jobs): an initializer that downloads a model is ready long before the
+    trainer's pods even have capacity. So pending covers "no JobSet or pods yet", "initializers at work",
+    "pods waiting for capacity" and "pods starting" (image pulls, init containers), and running starts once
+    one training-step child Job has all its pods ready.
     """
     if result:
         return result

@@ -17,6 +17,14 @@
 {{- end }}
 {{- end }}
 
+{{/*
+Namespace of the chart's namespaced objects: namespaceOverride, else the release namespace (as
+kube-state-metrics' chart, for a parent chart that installs this one in another namespace).
+*/}}
+{{- define "trainer-metrics.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
 {{- define "trainer-metrics.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -26,12 +34,32 @@ app.kubernetes.io/name: {{ include "trainer-metrics.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+Labels of every object. No app.kubernetes.io/part-of: this exporter is not part of a Kubeflow Trainer
+release; commonLabels can set one (e.g. the platform it belongs to).
+*/}}
 {{- define "trainer-metrics.labels" -}}
 helm.sh/chart: {{ include "trainer-metrics.chart" . }}
 {{ include "trainer-metrics.selectorLabels" . }}
+app.kubernetes.io/component: metrics
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: kubeflow-trainer
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of the `helm test` Pod: the release's, without the selector pair, so that the Service, the
+PodMonitor, the PodDisruptionBudget and the anti-affinity never take it for a replica.
+*/}}
+{{- define "trainer-metrics.testLabels" -}}
+helm.sh/chart: {{ include "trainer-metrics.chart" . }}
+app.kubernetes.io/name: {{ include "trainer-metrics.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- with .Values.commonLabels }}
 {{ toYaml . }}
 {{- end }}
@@ -49,11 +77,38 @@ app.kubernetes.io/part-of: kubeflow-trainer
 {{- default (include "trainer-metrics.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}
 
+{{/*
+The image: [registry/]repository, then @digest or :tag (default the appVersion). The registry is
+global.imageRegistry, else image.registry (kube-state-metrics' order: a parent chart's mirror wins).
+*/}}
 {{- define "trainer-metrics.image" -}}
+{{- $registry := default .Values.image.registry (dig "imageRegistry" "" (default dict .Values.global)) }}
+{{- $repository := .Values.image.repository }}
+{{- if $registry }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $registry) $repository }}
+{{- end }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+imagePullSecrets of a pod: global.imagePullSecrets (names or {name: ...}) then imagePullSecrets, each once.
+Empty when there are none.
+*/}}
+{{- define "trainer-metrics.imagePullSecrets" -}}
+{{- $names := list }}
+{{- range (concat (dig "imagePullSecrets" list (default dict .Values.global)) .Values.imagePullSecrets) }}
+{{- $name := . }}
+{{- if kindIs "map" . }}{{ $name = get . "name" }}{{ end }}
+{{- if and $name (not (has $name $names)) }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- end }}
+{{- range $names }}
+- name: {{ . }}
 {{- end }}
 {{- end }}
 
@@ -96,7 +151,7 @@ otherwise (config.debug_endpoints true or false).
 
 {{/* Namespace of the ServiceMonitor or PodMonitor (and of the scrape token it reads). */}}
 {{- define "trainer-metrics.monitorNamespace" -}}
-{{- default .Release.Namespace .Values.serviceMonitor.namespace }}
+{{- default (include "trainer-metrics.namespace" .) .Values.serviceMonitor.namespace }}
 {{- end }}
 
 {{/*
@@ -156,7 +211,7 @@ tlsConfig:
   {{- if $sm.tlsConfig }}
   {{- toYaml $sm.tlsConfig | nindent 2 }}
   {{- else }}
-  serverName: {{ printf "%s.%s.svc" $fullname .Release.Namespace }}
+  serverName: {{ printf "%s.%s.svc" $fullname (include "trainer-metrics.namespace" .) }}
   ca:
     secret:
       name: {{ include "trainer-metrics.tlsSecretName" . }}
@@ -200,6 +255,20 @@ metricRelabelings:
 {{- if gt $v 0 }}
 {{ $key }}: {{ $v }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Scrape protocols (spec.scrapeProtocols: protobuf first for native histograms) and whether the classic buckets
+of a native histogram are kept (spec.scrapeClassicHistograms), of the ServiceMonitor and the PodMonitor.
+*/}}
+{{- define "trainer-metrics.scrapeProtocols" -}}
+{{- with .Values.serviceMonitor.scrapeProtocols }}
+scrapeProtocols:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.serviceMonitor.scrapeClassicHistograms) }}
+scrapeClassicHistograms: {{ .Values.serviceMonitor.scrapeClassicHistograms }}
 {{- end }}
 {{- end }}
 
@@ -290,7 +359,74 @@ Checks the relations between values that values.schema.json cannot express, with
 {{- if and .Values.podMonitor.enabled .Values.auth.enabled $sm.bearerTokenFile (not $sm.authorization) (not $sm.bearerTokenSecret) }}
 {{- fail "serviceMonitor.bearerTokenFile does not exist in a PodMonitor: use serviceMonitor.authorization, bearerTokenSecret or scrapeToken.create" }}
 {{- end }}
+{{- if and .Values.podMonitor.enabled $sm.targetLabels }}
+{{- fail "serviceMonitor.targetLabels does not exist in a PodMonitor (it copies Service labels): use serviceMonitor.podTargetLabels" }}
+{{- end }}
+{{- if not .Values.rbac.useClusterRole }}
+{{- if not .Values.watchNamespaces }}
+{{- fail "rbac.useClusterRole false needs watchNamespaces: watching every namespace takes a ClusterRole" }}
+{{- end }}
+{{- if .Values.watchClusterRuntimes }}
+{{- fail "rbac.useClusterRole false needs watchClusterRuntimes: false: ClusterTrainingRuntimes are cluster-scoped, reading them takes a ClusterRole" }}
+{{- end }}
+{{- if .Values.auth.enabled }}
+{{- fail "rbac.useClusterRole false cannot go with auth.enabled: TokenReviews, SubjectAccessReviews and the /metrics reader role are cluster-scoped (ClusterRoles)" }}
+{{- end }}
+{{- end }}
 {{- if and .Values.auth.enabled (or $sm.enabled .Values.podMonitor.enabled) (not $sm.authorization) (not $sm.bearerTokenSecret) (not $sm.bearerTokenFile) (not $sm.scrapeToken.create) }}
 {{- fail "auth.enabled with a ServiceMonitor/PodMonitor: Prometheus needs a token bound to the metrics-reader ClusterRole; set serviceMonitor.authorization, serviceMonitor.bearerTokenSecret or serviceMonitor.bearerTokenFile, or serviceMonitor.scrapeToken.create: true" }}
 {{- end }}
+{{- end }}
+
+{{/*
+Where the `helm test` Pod runs: beside the ServiceMonitor/PodMonitor when there is one (the Secrets of its
+token and TLS check are read from there, as the Prometheus Operator reads them), else in the chart's namespace.
+*/}}
+{{- define "trainer-metrics.testNamespace" -}}
+{{- if or .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
+{{- include "trainer-metrics.monitorNamespace" . }}
+{{- else }}
+{{- include "trainer-metrics.namespace" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret {name, key} of the token the ServiceMonitor/PodMonitor presents (the order of scrapeEndpoint), as
+JSON; "{}" when auth is off, there is no monitor, or the token is a file in the Prometheus pod.
+*/}}
+{{- define "trainer-metrics.testToken" -}}
+{{- $sm := .Values.serviceMonitor }}
+{{- $out := dict }}
+{{- if and .Values.auth.enabled (or $sm.enabled .Values.podMonitor.enabled) }}
+{{- if $sm.authorization }}
+{{- with $sm.authorization.credentials }}{{ $out = dict "name" .name "key" .key }}{{ end }}
+{{- else if $sm.bearerTokenSecret }}
+{{- $out = dict "name" $sm.bearerTokenSecret.name "key" $sm.bearerTokenSecret.key }}
+{{- else if $sm.bearerTokenFile }}
+{{- else if include "trainer-metrics.scrapeTokenCreated" . }}
+{{- $out = dict "name" (printf "%s-token" (include "trainer-metrics.scrapeTokenName" .)) "key" "token" }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
+The TLS check of the `helm test` Pod, as JSON: the ServiceMonitor's (serviceMonitor.tlsConfig when set and a
+monitor is on, else the chart's default: ca.crt of the TLS Secret, server name <fullname>.<namespace>.svc).
+Keys: serverName, insecure, and secret or configMap {name, key} of the CA.
+*/}}
+{{- define "trainer-metrics.testTls" -}}
+{{- $sm := .Values.serviceMonitor }}
+{{- $default := printf "%s.%s.svc" (include "trainer-metrics.fullname" .) (include "trainer-metrics.namespace" .) }}
+{{- $out := dict "serverName" $default "insecure" false }}
+{{- if and $sm.tlsConfig (or $sm.enabled .Values.podMonitor.enabled) }}
+{{- $c := $sm.tlsConfig }}
+{{- $_ := set $out "serverName" (default $default $c.serverName) }}
+{{- $_ := set $out "insecure" (default false $c.insecureSkipVerify) }}
+{{- with (dig "ca" "secret" nil $c) }}{{ $_ := set $out "secret" (dict "name" .name "key" .key) }}{{ end }}
+{{- with (dig "ca" "configMap" nil $c) }}{{ $_ := set $out "configMap" (dict "name" .name "key" .key) }}{{ end }}
+{{- else }}
+{{- $_ := set $out "secret" (dict "name" (include "trainer-metrics.tlsSecretName" .) "key" "ca.crt") }}
+{{- end }}
+{{- toJson $out }}
 {{- end }}
