@@ -19,7 +19,7 @@ from kubesim.apiserver.status import StoreError
 from kubesim.trainer import controller, jobset, kueue, shapes
 from kubesim.trainer.controller import TrainJob
 from kubesim.trainer.gen_adversarial import MAX_HUGE_JOBS, bend_shape
-from kubesim.trainer.gen_cluster import ClusterEvents
+from kubesim.trainer.gen_multikueue import MultiKueueEvents
 from kubesim.trainer.gen_population import DELETING, ORPHANED, PENDING, REMOTE, SUSPENDED, JobRecord
 from kubesim.trainer.kinds import TRAINJOBS
 from kubesim.trainer.shapes import JobShape
@@ -37,7 +37,7 @@ DISPATCH_RATIO: Final = 0.7
 EXPORT_ANNOTATION: Final = "sim.trainer-metrics.io/exported-to"
 
 
-class JobActions(ClusterEvents):
+class JobActions(MultiKueueEvents):
     """create_job, admit, preempt, annotate, delete and remove_finalizer, each on one ``JobRecord``."""
 
     suspend_ratio: float
@@ -115,14 +115,18 @@ class JobActions(ClusterEvents):
             suspend=spec.get("suspend") is True,
             active_deadline=shape.deadline,
         )
+        registered = controller.runtime_registered(spec.get("runtimeRef") or {})
+        exists = registered and self._runtime_exists(stored, shape.runtime)
         if controller.managed_externally(spec):
-            rec.dispatch, rec.blueprint = dispatch, plan
-            self.population.move(rec, REMOTE if dispatch else ORPHANED)
+            # Kueue builds a job's PodSets from its runtime (kueue trainjob_controller.go getChildJobSet):
+            # without one it never admits the job, so MultiKueue never dispatches it.
+            rec.dispatch, rec.blueprint = dispatch and exists, plan
+            self.population.move(rec, REMOTE if rec.dispatch else ORPHANED)
             return
-        if not controller.runtime_registered(spec.get("runtimeRef") or {}):
+        if not registered:
             self.population.move(rec, ORPHANED)
             return
-        if not self._runtime_exists(stored, shape.runtime):
+        if not exists:
             if plan.suspend:
                 conditions = controller.with_suspended_condition([], True, controller.rfc3339(self._now(rec)))
                 self._write_status(rec, {"conditions": conditions}, ORPHANED)

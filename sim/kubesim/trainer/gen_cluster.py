@@ -1,7 +1,7 @@
 """The cluster under the TrainJobs the workload generator creates: child Jobs whose pods wait for capacity,
 become ready, finish or fail; the JobSet controller's answer (``jobset.py``) and the Trainer controller's
-status writes (``controller.py``); deadlines when they fall due; MultiKueue running a job on a worker
-cluster and copying its status back (``kueue.py``).
+status writes (``controller.py``); deadlines when they fall due. A job MultiKueue runs on a worker cluster
+goes through the same events there (``gen_multikueue.py``).
 
 Each public method is one event of the cluster; it ends in at most one TrainJob status write, which
 carries exactly what the two controllers would write after it. Times are the simulated cluster's:
@@ -48,7 +48,7 @@ PASS_WEIGHT: Final = 3.0  # the JobSet controller answers within moments; pods t
 
 
 class ClusterEvents(StoreWrites):
-    """advance, progress, start, train, finish, fail, refresh, the deadline queue and MultiKueue."""
+    """advance, progress, start, train, finish, fail, refresh and the deadline queue."""
 
     rng: random.Random
     clock: Callable[[], float]
@@ -122,18 +122,20 @@ class ClusterEvents(StoreWrites):
         if job is None:
             return False
         if jobset_pass and job.jobset is not None:
-            jobset.reconcile(job.jobset)
-            self._maybe_foreign_failure(job.jobset)
+            self._jobset_pass(job.jobset)
         if not controller.reconcile(job, self._now(rec)):
             return False
         self._write_job(rec)
         return True
 
-    def _maybe_foreign_failure(self, run: JobSetRun) -> None:
-        """Now and then a JobSet failure carries a reason JobSet v0.12 does not write (FOREIGN_FAILURES)."""
-        if run.condition is None or run.condition[0] != jobset.FAILED_CONDITION:
+    def _jobset_pass(self, run: JobSetRun) -> None:
+        """jobset.reconcile; now and then the pass that fails the JobSet writes a reason JobSet v0.12 does
+        not (FOREIGN_FAILURES). A condition once set never changes."""
+        before = run.condition
+        jobset.reconcile(run)
+        if before is not None or run.condition is None or run.condition[0] != jobset.FAILED_CONDITION:
             return
-        if run.condition[1] in FOREIGN_FAILURES or self.rng.random() >= FOREIGN_FAILURE_RATE:
+        if self.rng.random() >= FOREIGN_FAILURE_RATE:
             return
         reasons = sorted(FOREIGN_FAILURES)
         reason = reasons[int(self.rng.random() * len(reasons))]
@@ -263,8 +265,7 @@ class ClusterEvents(StoreWrites):
                     jobset.set_phase(run, name, jobset.SUCCEEDED)
             elif not self._child_event(rec.runtime, run):  # the rest of the way there
                 break
-            jobset.reconcile(run)
-            self._maybe_foreign_failure(run)
+            self._jobset_pass(run)
             controller.reconcile(job, self._now(rec))
         self._write_job(rec)
 
@@ -292,10 +293,11 @@ class ClusterEvents(StoreWrites):
             rec.training.advance(self.rng)
         return rec.training.status(now)
 
-    def finish(self, rec: JobRecord, outcome: str | None = None) -> None:
+    def finish(self, rec: JobRecord, outcome: str | None = None, *, reason: str | None = None) -> None:
         """The training ends: ``"Complete"`` (the training-step Jobs the success policy targets succeed) or
-        ``"Failed"`` (one of them fails: the failure policy decides whether the JobSet fails or restarts);
-        None draws by the runtime's failure rate. A job whose trainer does not run yet gets there first."""
+        ``"Failed"`` (one of them fails: the failure policy decides whether the JobSet fails or restarts;
+        ``reason``, the failed Job's, is drawn unless given); None draws by the runtime's failure rate. A job
+        whose trainer does not run yet gets there first."""
         if self._expire_if_due(rec):
             return
         job = rec.controlled
@@ -323,7 +325,7 @@ class ClusterEvents(StoreWrites):
             for name in targets:
                 jobset.set_phase(run, name, jobset.SUCCEEDED)
         elif ready:
-            self._fail_child(rec.runtime, run, ready)
+            self._fail_child(rec.runtime, run, ready, reason)
         else:  # a trainer of 0 pods cannot fail: it completes
             self.advance(rec)
             return
@@ -345,15 +347,20 @@ class ClusterEvents(StoreWrites):
         self._fail_child(rec.runtime, run, started)
         self._settle(rec)
 
-    def _fail_child(self, runtime: RuntimeChoice, run: JobSetRun, candidates: list[str]) -> None:
+    def _fail_child(
+        self, runtime: RuntimeChoice, run: JobSetRun, candidates: list[str], reason: str | None = None
+    ) -> None:
+        """One of ``candidates`` fails: its pods crashed past the Job's backoffLimit, or (a trainer Job with a
+        pod failure policy) one exited with the code the policy fails the Job on; ``reason`` says which."""
         name = candidates[int(self.rng.random() * len(candidates))]
-        reason = jobset.BACKOFF_LIMIT_EXCEEDED
-        if (
-            runtime.pod_failure_policy
-            and name in runtime.training
-            and self.rng.random() < POD_FAILURE_POLICY_SHARE
-        ):
-            reason = jobset.POD_FAILURE_POLICY
+        if reason is None:
+            reason = jobset.BACKOFF_LIMIT_EXCEEDED
+            if (
+                runtime.pod_failure_policy
+                and name in runtime.training
+                and self.rng.random() < POD_FAILURE_POLICY_SHARE
+            ):
+                reason = jobset.POD_FAILURE_POLICY
         jobset.set_phase(run, name, jobset.FAILED, reason=reason)
 
     def refresh(self, rec: JobRecord) -> bool:
@@ -363,65 +370,6 @@ class ClusterEvents(StoreWrites):
         if job is None or job.jobset is None or not jobset.pass_due(job.jobset):
             return False
         return self._settle(rec)
-
-    # -- MultiKueue --------------------------------------------------------------------------------------
-    def remote_step(self, rec: JobRecord) -> None:
-        """MultiKueue runs ``rec`` on a worker cluster: dispatch it there (a copy, suspended until the
-        worker's Kueue admits it), then the worker's cluster moves it on like any job; every change of the
-        worker's copy is copied back here whole (kueue.multikueue_status)."""
-        if rec.remote is None:
-            self._dispatch(rec)
-        elif rec.remote.suspend:
-            self._remote_admitted(rec)
-        elif training_ready(rec.runtime, rec.remote):
-            roll = self.rng.random()
-            if roll < 0.45:
-                self.train(rec)
-            else:
-                self.finish(rec)
-        elif self.rng.random() < 0.05:
-            self.fail(rec)
-        else:
-            self.advance(rec)
-
-    def _dispatch(self, rec: JobRecord) -> None:
-        """trainjob_multikueue_adapter.go SyncJob, the remote missing: the worker gets a copy of the spec
-        with managedBy cleared (so the worker's Trainer runs it) and still suspended (the worker's Kueue
-        admits it); its controller then reports Suspended, which the next sync copies here."""
-        plan = rec.blueprint
-        if plan is None:
-            return
-        now = self._now(rec)
-        rec.remote = TrainJob(
-            rec.name,
-            float(int(now)),  # the worker's creationTimestamp
-            plan.template,
-            plan.no_pods,
-            suspend=True,
-            active_deadline=plan.active_deadline,
-        )
-        controller.reconcile(rec.remote, now)
-        self._write_job(rec)
-
-    def _remote_admitted(self, rec: JobRecord) -> None:
-        """The worker's Kueue admits its copy (the Trainer there resumes it; the copy comes back here), and
-        the manager's admission check turns Ready, so the local job is started too (jobframework startJob:
-        the runtime patch, then unsuspend)."""
-        remote = rec.remote
-        assert remote is not None
-        remote.suspend = False
-        controller.reconcile(remote, self._now(rec))
-        self._schedule_deadline(rec)
-        self._write_job(rec)
-        self._kueue_start(rec)
-
-    def _kueue_start(self, rec: JobRecord) -> None:
-        """Kueue's admission writes (kueue.admission_patches)."""
-        when = controller.rfc3339(self._now(rec))
-        flavor = int(self.rng.random() * len(kueue.FLAVORS))
-        for patch in kueue.admission_patches(list(rec.runtime.replicated_jobs), when, flavor):
-            if self._patch(rec, patch) is None:
-                return
 
     def _maybe_bend_status(self, status: dict[str, Any]) -> dict[str, Any]:
         """Sometimes make a status write odd without changing what it means for the metrics."""

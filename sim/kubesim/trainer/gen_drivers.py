@@ -12,6 +12,7 @@ import asyncio
 import gc
 import logging
 from collections.abc import Callable, Iterator
+from typing import Final
 
 from kubesim.trainer.gen_actions import COMPLETE, FAILED, JobActions
 from kubesim.trainer.gen_population import (
@@ -31,6 +32,11 @@ from kubesim.trainer.shapes import WeightedPicker
 log = logging.getLogger("kubesim.trainer.generator")
 
 Action = tuple[str, float, Callable[[], object]]
+# Per job and step, how readily a job of each phase moves on (relative weights): a queued job's JobSet and
+# Kueue take a few events, a pending one several (initializers, pods waiting for capacity, dependsOn), a
+# running one trains a long while (its ``finish`` is a share of this), a MultiKueue one goes through all
+# of that on its worker; nothing runs an orphaned one, whose user deletes it in the end.
+RATES: Final = {SUSPENDED: 0.3, PENDING: 0.6, RUNNING: 0.1, REMOTE: 0.4, ORPHANED: 0.02}
 
 
 class Drivers(JobActions):
@@ -93,16 +99,19 @@ class Drivers(JobActions):
         live = len(population.jobs)
         active = live - count[FINISHED] - count[COOLING] - count[DELETING]
         pick = self._pick
+        # Each job moves on at its own pace: a phase's weight grows with the jobs in it (RATES), so the share
+        # of jobs in each phase follows how long a job stays there, not how many are queued behind it.
+        rate = {phase: RATES[phase] * count[phase] for phase in RATES}
         candidates: list[Action] = [
             ("create", 4.0 if live < self.max_jobs else 0.0, self.create_job),
             # Kueue, the cluster and the trainer at work.
-            ("admit", 3.0 * bool(count[SUSPENDED]), lambda: self.queued(pick(SUSPENDED))),
-            ("advance", 12.0 * bool(count[PENDING]), lambda: self.advance(pick(PENDING))),
-            ("fail-pending", 0.15 * bool(count[PENDING]), lambda: self.fail(pick(PENDING))),
-            ("train", 3.0 * bool(count[RUNNING]), lambda: self.train(pick(RUNNING))),
-            ("finish", 3.0 * bool(count[RUNNING]), lambda: self.finish(pick(RUNNING))),
-            ("preempt", 0.3 * bool(count[RUNNING] + count[PENDING]), self._preempt_random),
-            ("remote", 3.0 * bool(count[REMOTE]), lambda: self.remote_step(pick(REMOTE))),
+            ("admit", rate[SUSPENDED], lambda: self.queued(pick(SUSPENDED))),
+            ("advance", rate[PENDING], lambda: self.advance(pick(PENDING))),
+            ("fail-pending", 0.003 * count[PENDING], lambda: self.fail(pick(PENDING))),
+            ("train", rate[RUNNING], lambda: self.train(pick(RUNNING))),
+            ("finish", 0.6 * rate[RUNNING], lambda: self.finish(pick(RUNNING))),
+            ("preempt", 0.004 * (count[RUNNING] + count[PENDING]), self._preempt_random),
+            ("remote", rate[REMOTE], lambda: self.remote_step(pick(REMOTE))),
             (
                 "duplicate-terminal",
                 0.5 * bool(count[FINISHED] or count[COOLING]),
@@ -112,7 +121,7 @@ class Drivers(JobActions):
             ("delete", 6.0 * count[FINISHED] / max(live, 1), lambda: self.delete(pick(FINISHED))),
             ("cancel", 0.05 * bool(active), self._cancel_random_active),
             # Jobs nothing will ever run: their users give up on them sooner or later.
-            ("give-up", 0.3 * bool(count[ORPHANED]), lambda: self._cancel(pick(ORPHANED))),
+            ("give-up", rate[ORPHANED], lambda: self._cancel(pick(ORPHANED))),
             ("remove-finalizer", 2.0 * bool(count[DELETING]), lambda: self.remove_finalizer(pick(DELETING))),
         ]
         return [candidate for candidate in candidates if candidate[1] > 0]

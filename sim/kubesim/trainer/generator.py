@@ -10,7 +10,8 @@ injects one), stretched by ``time_warp`` per job.
 
 ``WorkloadGenerator`` stacks one layer per job, each in its own module: ``gen_writes`` (every write and the
 truth and bookkeeping that follow it), ``gen_cluster`` (the cluster and its controllers: child Jobs, JobSet,
-the Trainer, deadlines, MultiKueue; what they write is ``jobset``, ``controller`` and ``kueue``),
+the Trainer, deadlines; what they write is ``jobset`` and ``controller``), ``gen_multikueue`` (a job run on
+a worker cluster, its status copied back; Kueue's admission, ``kueue``),
 ``gen_actions`` (users and Kueue), ``gen_drivers`` (when to make which transition; bulk populate); beside
 them ``gen_population`` (live job records by phase), ``gen_runtimes`` (the runtime mix) and
 ``gen_adversarial`` (odd but valid writes).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from typing import Final
 
 from kubesim.apiserver.storage.store import Store
 from kubesim.trainer import shapes
@@ -34,6 +36,11 @@ from kubesim.trainer.shapes import WeightedPicker
 from kubesim.trainer.shapes_runtimes import RuntimeChoice
 from kubesim.trainer.truth import Truth
 from kubesim.trainer.truth_records import TruthSnapshot
+
+# One second of the generator's clock is a simulated minute: a demo's jobs live minutes to hours and their
+# activeDeadlineSeconds (10 minutes to 2 days) can fall due, as on a real cluster. Tests that need other
+# spans pass their own.
+DEFAULT_TIME_WARP: Final = 60.0
 
 
 class WorkloadGenerator(Drivers):
@@ -50,7 +57,7 @@ class WorkloadGenerator(Drivers):
         deadline_ratio: float = shapes.DEADLINE_RATIO,
         finalizer_ratio: float = 0.15,
         malformed_ratio: float = 0.0,
-        time_warp: float = 1.0,
+        time_warp: float = DEFAULT_TIME_WARP,
         clock: Callable[[], float] = time.time,
         min_delete_age: float = 0.0,
     ) -> None:

@@ -172,9 +172,9 @@ def resources_per_node(rng: random.Random, runtime_has_gpu: bool) -> dict[str, A
     return copy.deepcopy(OTHER_ACCELERATORS[int(rng.random() * len(OTHER_ACCELERATORS))])
 
 
-# activeDeadlineSeconds people set: a quick sweep's 10 minutes to a two-day fine-tune.
-DEADLINES: Final = (600, 1800, 3600, 7200, 14_400, 43_200, 86_400, 172_800)
-DEADLINE_RATIO: Final = 0.2
+# activeDeadlineSeconds people set, as a safety net above the run they expect: half an hour to two days.
+DEADLINES: Final = (1800, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 172_800)
+DEADLINE_RATIO: Final = 0.1
 # Kueue-queued jobs whose ClusterQueue dispatches them through MultiKueue (managedBy defaulted by Kueue).
 MULTIKUEUE_RATIO: Final = 0.1
 UNREGISTERED_RATIO: Final = 0.003

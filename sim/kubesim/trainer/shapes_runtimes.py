@@ -36,7 +36,7 @@ LAUNCHER: Final = "launcher"
 # them with 0).
 _DEVICE_PREFIXES: Final = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe")
 # How often a job of a runtime fails once its JobSet runs: most runtimes are sound, a few are flaky.
-FAILURE_RATE: Final = 0.15
+FAILURE_RATE: Final = 0.1
 _FLAKY: Final = {"sim-torch-restartable": 0.55, "sim-unlabelled-node": 0.25}
 IMAGES: Final = (
     "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
