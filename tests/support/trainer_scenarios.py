@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kubesim.trainer.gen_population import FINISHED, ORPHANED, PENDING, RUNNING, SUSPENDED, JobRecord
+from kubesim.trainer.gen_population import FINISHED, ORPHANED, RUNNING, SUSPENDED, JobRecord
 from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.jobset import BACKOFF_LIMIT_EXCEEDED, POD_FAILURE_POLICY
 from tests.support.trainer_shapes import (
     INITIALIZER_THEN_CAPACITY_WAIT,
     JOBSET_FAILURE,
@@ -56,7 +57,9 @@ async def _deadlines(gen: WorkloadGenerator) -> None:
     ran in between (its JobSet suspended: its Jobs counted suspended)."""
     from_creation = _create(gen, suspended=False, runtime="torch-distributed", deadline=600)
     gen.progress(from_creation)
-    resumed = _create(gen, suspended=True, runtime="torch-distributed-with-cache", deadline=7200)
+    # 12 hours: seconds of a loaded machine's wall time at the ground-truth test's time warp, ample to run and
+    # be preempted before the deadline counts again from the second admission.
+    resumed = _create(gen, suspended=True, runtime="torch-distributed-with-cache", deadline=43_200)
     _admit(gen, resumed)
     gen.progress(resumed)
     gen.preempt(resumed)
@@ -80,20 +83,21 @@ def _admit(gen: WorkloadGenerator, rec: JobRecord) -> None:
 
 
 def _jobset_failures(gen: WorkloadGenerator, census: ShapeCensus) -> None:
-    """A child Job fails: without a failure policy the JobSet fails (FailedJobs); with one it restarts the
-    JobSet (the job back to pending after it ran) before it gives up. Drawn reasons: a few tries."""
+    """A child Job fails: without a failure policy the JobSet fails (FailedJobs; a few tries, as now and then
+    a failure comes with a reason JobSet v0.12 does not write); with one it restarts the JobSet (the job back
+    to pending after it ran) until it gives up, or fails it at once by a rule."""
     for _ in range(12):
         if census.shapes[JOBSET_FAILURE]:
             break
         rec = _create(gen, suspended=False, runtime="torch-distributed")
         gen.finish(rec, "Failed")
-    for _ in range(12):
-        if census.shapes[RESTARTED]:
-            break
-        rec = _create(gen, suspended=False, runtime="sim-torch-restartable")
-        gen.finish(rec, "Failed")
-        if rec.phase == PENDING:
-            gen.finish(rec, "Complete")
+    # Crashes past the backoffLimit, every time: restarted twice (maxRestarts), then ReachedMaxRestarts.
+    rec = _create(gen, suspended=False, runtime="sim-torch-restartable")
+    for _ in range(3):
+        gen.finish(rec, "Failed", reason=BACKOFF_LIMIT_EXCEEDED)
+    # The exit code its pod failure policy fails the Job on: FailJobSetFailurePolicyAction at once.
+    rec = _create(gen, suspended=False, runtime="sim-torch-restartable")
+    gen.finish(rec, "Failed", reason=POD_FAILURE_POLICY)
     assert census.shapes[JOBSET_FAILURE] and census.shapes[RESTARTED]
 
 
