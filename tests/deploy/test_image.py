@@ -6,6 +6,7 @@ need root and a minute or two."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tomllib
@@ -200,6 +201,35 @@ def test_no_path_of_the_build_is_left_in_the_records(tmp_path: Path) -> None:
     build.forget_build_paths(site)
     assert (info / "RECORD").read_text() == "app/cli.py,sha256=x,1\n"
     assert not (info / "direct_url.json").exists()
+
+
+def test_the_check_runs_the_image_as_the_chart_runs_the_pod(tmp_path: Path) -> None:
+    """image/check.py's runtime spec: read-only root, no capabilities, the check's network namespace (where
+    the simulated cluster listens) and the kubeconfig mounted read-only."""
+    from image import check
+
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    spec = {
+        "process": {
+            "user": {"uid": build.UID, "gid": build.GID},
+            "args": list(build.ENTRYPOINT),
+            "env": ["PATH=/opt/venv/bin"],
+        },
+        "root": {"path": "rootfs"},
+        "mounts": [],
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "mount"}]},
+    }
+    (bundle / "config.json").write_text(json.dumps(spec))
+    netns, kubeconfig = Path("/var/run/netns/x"), tmp_path / "kubeconfig"
+    out = check.prepare_spec(bundle, netns, kubeconfig)
+    assert out["root"] == {"path": "rootfs", "readonly": True}
+    assert out["process"]["noNewPrivileges"] is True
+    assert all(caps == [] for caps in out["process"]["capabilities"].values())
+    assert {"type": "network", "path": str(netns)} in out["linux"]["namespaces"]
+    (mount,) = [m for m in out["mounts"] if m["destination"] == check.KUBECONFIG_IN_IMAGE]
+    assert mount["source"] == str(kubeconfig) and "ro" in mount["options"]
+    assert (bundle / "rootfs" / check.KUBECONFIG_IN_IMAGE.lstrip("/")).is_file()
 
 
 def test_image_labels_name_version_revision_and_source() -> None:
