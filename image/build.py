@@ -332,8 +332,14 @@ def fetched_debs(rootfs: Path) -> list[Deb]:
     return sorted(debs)
 
 
-def check_debian_lock(debs: list[Deb], arch: str) -> None:
-    """The fetched packages are those of the lock, byte for byte; else stop and say what moved."""
+DEBIAN_LOCK_MODES = ("enforce", "report")
+
+
+def check_debian_lock(debs: list[Deb], arch: str, mode: str = "enforce") -> None:
+    """The fetched packages are those of the lock, byte for byte; else stop and say what moved. ``report``
+    (CI's mode) only says it: Debian's archive keeps the current version of each package alone, so a
+    security update removes the locked one and an enforced lock would stop every build until it moves;
+    a release build enforces it."""
     path = debian_lock_path(arch)
     if not path.exists():
         raise SystemExit(
@@ -355,11 +361,15 @@ def check_debian_lock(debs: list[Deb], arch: str) -> None:
             changes.append(f"{name}: {before.version} -> {after.version}")
         else:
             changes.append(f"{name} {after.version}: another file (sha256 {after.sha256[:12]})")
-    raise SystemExit(
+    message = (
         f"image: the Debian packages differ from {path.relative_to(ROOT)} ({'; '.join(changes)}). "
         "Debian published updates: python3 image/build.py --update-debian-lock, then review and commit the "
         "lock; or rebuild the locked packages with --debian-snapshot <date of the lock>"
     )
+    if mode == "report":
+        log(f"warning (--debian-lock report): {message.removeprefix('image: ')}")
+        return
+    raise SystemExit(message)
 
 
 def write_dpkg_status(rootfs: Path) -> None:
@@ -768,7 +778,15 @@ def source_date_epoch() -> int:
     return int(os.environ.get("SOURCE_DATE_EPOCH") or git("log", "-1", "--format=%ct") or time.time())
 
 
-def make_rootfs(rootfs: Path, epoch: int, revision: str, snapshot: str | None, update_lock: bool) -> None:
+def make_rootfs(
+    rootfs: Path,
+    epoch: int,
+    revision: str,
+    snapshot: str | None,
+    *,
+    update_lock: bool = False,
+    lock_mode: str = "enforce",
+) -> None:
     """Steps 1 to 4: the image's root filesystem, every file time clamped to ``epoch``."""
     arch = host_arch()
     if rootfs.exists():
@@ -782,7 +800,7 @@ def make_rootfs(rootfs: Path, epoch: int, revision: str, snapshot: str | None, u
         if update_lock:
             write_debian_lock(debian_lock_path(arch), arch, debs)
             log(f"wrote {debian_lock_path(arch).relative_to(ROOT)} ({len(debs)} packages)")
-        check_debian_lock(debs, arch)
+        check_debian_lock(debs, arch, lock_mode)
         write_dpkg_status(rootfs)
         prune(rootfs)
         accounts(rootfs)
@@ -810,6 +828,7 @@ def build(
     rev: str,
     snapshot: str | None = None,
     update_lock: bool = False,
+    lock_mode: str = "enforce",
 ) -> dict[str, Any]:
     started = time.monotonic()
     preconditions(["mmdebstrap", "umoci", "dpkg-deb", "chroot"])
@@ -819,7 +838,7 @@ def build(
     labels = image_labels(version, rev, source, created)
     out.mkdir(parents=True, exist_ok=True)
     rootfs = out / "rootfs"
-    make_rootfs(rootfs, epoch, rev, snapshot, update_lock)
+    make_rootfs(rootfs, epoch, rev, snapshot, update_lock=update_lock, lock_mode=lock_mode)
     rootfs_bytes = tree_bytes(rootfs)
     distributions = installed_distributions(rootfs / SITE_PACKAGES.lstrip("/"))
     layout = out / "oci"
@@ -877,6 +896,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write image/debian-<arch>.lock from the packages Debian serves now, then build",
     )
     p.add_argument(
+        "--debian-lock",
+        choices=DEBIAN_LOCK_MODES,
+        default=os.environ.get("IMAGE_DEBIAN_LOCK", "enforce"),
+        help="enforce (default; env IMAGE_DEBIAN_LOCK): stop when Debian's packages differ from the lock; "
+        "report: say what moved and build (CI: a Debian security update must not stop every build)",
+    )
+    p.add_argument(
         "--arch",
         choices=sorted(ARCH.values()),
         help="with --update-debian-lock: only resolve and lock this architecture's packages (no image)",
@@ -893,7 +919,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         preconditions(["mmdebstrap", "dpkg-deb", "chroot"])
         rootfs = args.rootfs_only.resolve()
-        make_rootfs(rootfs, source_date_epoch(), rev, args.debian_snapshot, args.update_debian_lock)
+        make_rootfs(
+            rootfs,
+            source_date_epoch(),
+            rev,
+            args.debian_snapshot,
+            update_lock=args.update_debian_lock,
+            lock_mode=args.debian_lock,
+        )
         log(
             f"root filesystem in {rootfs} ({tree_bytes(rootfs) / 1e6:.1f} MB) in "
             f"{time.monotonic() - started:.1f} s"
@@ -906,6 +939,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rev=rev,
         snapshot=args.debian_snapshot,
         update_lock=args.update_debian_lock,
+        lock_mode=args.debian_lock,
     )
     mb = 1e6
     log(

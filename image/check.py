@@ -59,6 +59,7 @@ from image.build import (
     SITE_PACKAGES,
     TEST_LOCK,
     UID,
+    VENV,
     closure,
     installed_distributions,
     normalise,
@@ -135,6 +136,10 @@ def check_rootfs(rootfs: Path) -> None:
         expect(not (rootfs / tool).exists(), f"/{tool} is in the image")
     expect((rootfs / "etc/passwd").read_text().count(f":{UID}:{GID}:") == 1, "uid 65532 not in /etc/passwd")
     expect((rootfs / "var/lib/dpkg/status").stat().st_size > 0, "no dpkg status for image scanners")
+    # The chart's `helm test` hook runs this interpreter (templates/tests): the image's Python, beside the
+    # entrypoint.
+    hook_python = rootfs / VENV.lstrip("/") / "bin" / "python"
+    expect(hook_python.is_symlink() and os.readlink(hook_python) == "python3", f"no {VENV}/bin/python")
     stdlib_pyc = list((rootfs / "usr/lib" / PYTHON / "__pycache__").glob("*.pyc"))
     expect(len(stdlib_pyc) > 100, "the standard library is not byte-compiled")
 

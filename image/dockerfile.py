@@ -85,7 +85,9 @@ COPY {" ".join(CONTEXT_IMAGE)} ./image/
 # The commit built (the revision label, `trainer-metrics --version`) and the time every file gets.
 ARG REVISION=unknown
 ARG SOURCE_DATE_EPOCH
-RUN python3 image/build.py --rootfs-only {ROOTFS} --revision "${{REVISION}}"
+# enforce: stop when Debian's packages differ from image/debian-<arch>.lock; report: build and say what moved.
+ARG DEBIAN_LOCK=enforce
+RUN python3 image/build.py --rootfs-only {ROOTFS} --revision "${{REVISION}}" --debian-lock "${{DEBIAN_LOCK}}"
 
 FROM scratch
 COPY --from=builder {ROOTFS} /

@@ -124,6 +124,8 @@ def build_dockerfile(buildah: Buildah, builder: str, tag: str, layout: Path) -> 
         f"REVISION={revision()}",
         "--build-arg",
         f"SOURCE_DATE_EPOCH={source_date_epoch()}",
+        "--build-arg",
+        f"DEBIAN_LOCK={os.environ.get('IMAGE_DEBIAN_LOCK', 'enforce')}",
         "--tag",
         f"localhost/trainer-metrics:{tag}",
         "--file",

@@ -64,7 +64,9 @@ def test_the_builder_runs_build_py_and_installs_nothing_itself() -> None:
     runs = [args for word, args in builder if word == "RUN"]
     # The builder's own tools from Debian, then build.py: every Python package of the image comes from
     # build.py's hash-checked installs, none from a pip line of the Dockerfile.
-    assert runs[-1] == 'python3 image/build.py --rootfs-only /rootfs --revision "${REVISION}"'
+    assert runs[-1] == (
+        'python3 image/build.py --rootfs-only /rootfs --revision "${REVISION}" --debian-lock "${DEBIAN_LOCK}"'
+    )
     assert not [r for r in runs if "pip " in r], runs
     (apt,) = runs[:-1]
     installed = re.search(r"apt-get install -y --no-install-recommends ([^&]+)", apt)
