@@ -2,9 +2,12 @@
 registry and no daemon:
 
 1. mmdebstrap extracts Debian's python3.11 and the libraries it links (no shell, no dpkg, no apt) into a
-   root filesystem;
+   root filesystem; the packages it fetched must be those of image/debian-<arch>.lock (name, version and
+   sha256 of every .deb), so a Debian update changes the image only through a reviewed lock change;
 2. pip installs requirements.lock (--require-hashes, wheels only, for the image's platform) and the project
-   (a wheel built here) into a virtualenv at /opt/venv, without pip or setuptools of its own;
+   (a wheel built here with the locked build backend) into a virtualenv at /opt/venv, without pip or
+   setuptools of its own; the distributions installed must be the lock's and the project's, nothing else
+   (no simulated cluster: it is a distribution of its own, sim/);
 3. what is not needed at run time goes (documentation, translations, iconv modules, device nodes);
 4. the image's own Python byte-compiles everything (chroot), with hash-based .pyc files, so a read-only root
    filesystem never recompiles at start-up;
@@ -16,6 +19,11 @@ Output: build/image/oci (an OCI layout, tag = the project version), build/image/
 same as one archive, for `skopeo copy oci-archive:...`, `podman load`), build/image/report.json.
 
     python3 image/build.py            # then: python3 image/check.py
+    python3 image/build.py --rootfs-only DIR   # steps 1 to 4 only (the Dockerfile's builder stage runs this)
+    python3 image/build.py --update-debian-lock [--arch arm64]   # accept Debian's current packages
+
+The Dockerfile is generated from this module's settings (image/dockerfile.py): its builder stage runs this
+script and its final stage is the root filesystem alone, configured as step 5 configures the OCI image.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
 TEST_LOCK = ROOT / "requirements-test.lock"
 DEFAULT_OUT = ROOT / "build" / "image"
+PROJECT = "trainer-metrics"
 
 SUITE = "bookworm"  # Debian 12: python3.11, the oldest Python the project supports
 PYTHON = "python3.11"
@@ -55,6 +64,7 @@ MIRRORS = [
     f"deb http://deb.debian.org/debian {SUITE}-updates main",
     f"deb http://deb.debian.org/debian-security {SUITE}-security main",
 ]
+SNAPSHOT_RE = re.compile(r"\d{8}T\d{6}Z")  # snapshot.debian.org's timestamps, e.g. 20260711T000000Z
 # glibc of bookworm is 2.36: wheels built for a newer glibc would not load there, whatever the build host has.
 GLIBC_MINOR = 36
 
@@ -90,6 +100,9 @@ PRUNE = {
     "var/lib/apt": "package lists",
     "var/log": "logs of the extraction",
     "etc/apt": "apt configuration of the build",
+    # mmdebstrap copies the build host's for apt; a container runtime or the kubelet mounts the pod's own
+    "etc/hostname": "the build host's name",
+    "etc/resolv.conf": "the build host's name servers",
 }
 # Shipped as byte code only: kubernetes-asyncio's generated API and model classes (about 22 MB of source
 # out of its 47 MB). Importing kubernetes_asyncio.client imports them all, but the service never calls them:
@@ -108,6 +121,10 @@ SITE_PRUNE = {
     "README.md": "kubernetes-asyncio's README",
     "pyproject.toml": "kubernetes-asyncio's build file",
 }
+# Distributions that must never be in the image: the simulated cluster (sim/, for the demo and the tests)
+# and what only it needs. The image's distributions are exactly requirements.lock's and the project's.
+SIMULATOR_DISTRIBUTIONS = ("trainer-metrics-sim", "jsonschema-rs")
+SIMULATOR_PACKAGES = ("kubesim", "jsonschema_rs")  # their top-level import names
 # Labels every image gets; version, revision, source and created are added at build time.
 STATIC_LABELS = {
     "org.opencontainers.image.title": "trainer-metrics",
@@ -221,47 +238,154 @@ def revision() -> str:
 # --- 1. Debian root filesystem ----------------------------------------------------------------------------
 
 
-def debian_rootfs(rootfs: Path, epoch: int) -> None:
+def mirrors(snapshot: str | None) -> list[str]:
+    """The apt sources: Debian's current archive, or its state at ``snapshot`` (snapshot.debian.org), which
+    still holds the versions of an old image/debian-<arch>.lock after the archive has moved on."""
+    if not snapshot:
+        return MIRRORS
+    if not SNAPSHOT_RE.fullmatch(snapshot):
+        raise SystemExit(f"image: --debian-snapshot {snapshot!r} is not like 20260711T000000Z")
+    base = "deb [check-valid-until=no] http://snapshot.debian.org/archive"
+    return [
+        f"{base}/debian/{snapshot} {SUITE} main",
+        f"{base}/debian/{snapshot} {SUITE}-updates main",
+        f"{base}/debian-security/{snapshot} {SUITE}-security main",
+    ]
+
+
+def debian_rootfs(rootfs: Path, epoch: int, arch: str, snapshot: str | None) -> None:
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}
     run(
         [
             "mmdebstrap",
             "--quiet",
+            "--mode=root",
             "--variant=extract",  # unpack only: no maintainer scripts, no dpkg database, no shell needed
+            f"--architectures={arch}",
             f"--include={','.join(DEBIAN_PACKAGES)}",
             "--skip=cleanup/apt/cache",  # the .deb files stay until their control data is recorded
+            # Nothing runs inside the tree, so nothing needs /proc, /sys or /dev mounted there; and a
+            # `docker build` step may not mount at all (no CAP_SYS_ADMIN).
+            "--skip=chroot/mount",
+            *(["--skip=check/qemu"] if arch != ARCH.get(os.uname().machine) else []),
             SUITE,
             rootfs,
-            *MIRRORS,
+            *mirrors(snapshot),
         ],
         env=env,
     )
 
 
-def write_dpkg_status(rootfs: Path) -> list[str]:
-    """/var/lib/dpkg/status from the extracted packages' control data, as dpkg would have written it:
-    image scanners (trivy, grype, syft) read the installed Debian packages and versions from there."""
-    debs = sorted((rootfs / "var/cache/apt/archives").glob("*.deb"))
+@dataclass(frozen=True, order=True)
+class Deb:
+    """One Debian package of the image, as image/debian-<arch>.lock records it."""
+
+    name: str
+    version: str
+    sha256: str
+
+    def line(self) -> str:
+        return f"{self.name}={self.version} sha256:{self.sha256}"
+
+
+def debian_lock_path(arch: str) -> Path:
+    return ROOT / "image" / f"debian-{arch}.lock"
+
+
+def read_debian_lock(path: Path) -> list[Deb]:
+    debs = []
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([a-z0-9][a-z0-9+.-]*)=(\S+) sha256:([0-9a-f]{64})", line)
+        if not m:
+            raise SystemExit(f"image: {path.name}: cannot read {line!r}")
+        debs.append(Deb(m[1], m[2], m[3]))
+    return sorted(debs)
+
+
+def write_debian_lock(path: Path, arch: str, debs: list[Deb]) -> None:
+    header = (
+        f"# The Debian packages of the trainer-metrics image ({SUITE}, {arch}): name=version and the sha256\n"
+        "# of the .deb. image/build.py (and so the Dockerfile) refuses an image whose packages differ.\n"
+        f"# After a Debian update: python3 image/build.py --update-debian-lock --arch {arch} (as root),\n"
+        "# then review the diff.\n"
+    )
+    path.write_text(header + "".join(d.line() + "\n" for d in sorted(debs)))
+
+
+def fetched_debs(rootfs: Path) -> list[Deb]:
+    """The packages mmdebstrap fetched and extracted (the .deb files it left in apt's cache)."""
+    debs = []
+    for deb in sorted((rootfs / "var/cache/apt/archives").glob("*.deb")):
+        fields = subprocess.run(
+            ["dpkg-deb", "--show", "--showformat=${Package}\t${Version}", str(deb)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        name, version = fields.split("\t")
+        debs.append(Deb(name, version, hashlib.sha256(deb.read_bytes()).hexdigest()))
     if not debs:
         raise SystemExit("image: no .deb files left by mmdebstrap: cannot record the installed packages")
+    return sorted(debs)
+
+
+DEBIAN_LOCK_MODES = ("enforce", "report")
+
+
+def check_debian_lock(debs: list[Deb], arch: str, mode: str = "enforce") -> None:
+    """The fetched packages are those of the lock, byte for byte; else stop and say what moved. ``report``
+    (CI's mode) only says it: Debian's archive keeps the current version of each package alone, so a
+    security update removes the locked one and an enforced lock would stop every build until it moves;
+    a release build enforces it."""
+    path = debian_lock_path(arch)
+    if not path.exists():
+        raise SystemExit(
+            f"image: no {path.relative_to(ROOT)}: python3 image/build.py --update-debian-lock --arch {arch}"
+        )
+    locked = read_debian_lock(path)
+    if sorted(debs) == locked:
+        return
+    old = {d.name: d for d in locked}
+    new = {d.name: d for d in debs}
+    changes = []
+    for name in sorted(old.keys() | new.keys()):
+        before, after = old.get(name), new.get(name)
+        if before == after:
+            continue
+        if before is None or after is None:
+            changes.append(f"{name}: {'added' if before is None else 'no longer needed'}")
+        elif before.version != after.version:
+            changes.append(f"{name}: {before.version} -> {after.version}")
+        else:
+            changes.append(f"{name} {after.version}: another file (sha256 {after.sha256[:12]})")
+    message = (
+        f"image: the Debian packages differ from {path.relative_to(ROOT)} ({'; '.join(changes)}). "
+        "Debian published updates: python3 image/build.py --update-debian-lock, then review and commit the "
+        "lock; or rebuild the locked packages with --debian-snapshot <date of the lock>"
+    )
+    if mode == "report":
+        log(f"warning (--debian-lock report): {message.removeprefix('image: ')}")
+        return
+    raise SystemExit(message)
+
+
+def write_dpkg_status(rootfs: Path) -> None:
+    """/var/lib/dpkg/status from the extracted packages' control data, as dpkg would have written it:
+    image scanners (trivy, grype, syft) read the installed Debian packages and versions from there."""
     entries: list[str] = []
-    names: list[str] = []
-    for deb in debs:
+    for deb in sorted((rootfs / "var/cache/apt/archives").glob("*.deb")):
         control = subprocess.run(
             ["dpkg-deb", "--field", str(deb)], capture_output=True, text=True, check=True
         ).stdout
         lines = control.rstrip("\n").split("\n")
         assert lines[0].startswith("Package: "), deb
-        names.append(lines[0].removeprefix("Package: ") + "=" + _field(lines, "Version"))
         entries.append("\n".join([lines[0], "Status: install ok installed", *lines[1:]]))
     status = rootfs / "var/lib/dpkg/status"
     status.parent.mkdir(parents=True, exist_ok=True)
     status.write_text("\n\n".join(entries) + "\n")
-    return names
-
-
-def _field(lines: list[str], name: str) -> str:
-    return next(line.split(": ", 1)[1] for line in lines if line.startswith(name + ": "))
 
 
 def prune(rootfs: Path) -> None:
@@ -329,9 +453,11 @@ def build_tools_venv(tmp: Path) -> Path:
     return py
 
 
-def project_wheel(tmp: Path, py: Path) -> Path:
+def project_wheel(tmp: Path, py: Path, revision: str) -> Path:
+    """The project's wheel, built from a copy of what it is made of (pyproject.toml, README.md, app/: no
+    stray build/ or egg-info of the work tree, no sim/). The copy has no .git: $BUILD_REVISION tells the
+    build the commit (written into the wheel for `trainer-metrics --version`)."""
     src = tmp / "src"
-    # Only what the Dockerfile's build context holds: no stray build/ or egg-info from the work tree.
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
@@ -350,7 +476,8 @@ def project_wheel(tmp: Path, py: Path) -> Path:
             "--wheel-dir",
             wheels,
             src,
-        ]
+        ],
+        env={**os.environ, "BUILD_REVISION": revision},
     )
     (wheel,) = wheels.glob("trainer_metrics-*.whl")
     return wheel
@@ -410,8 +537,8 @@ def install_python_packages(rootfs: Path, wheel: Path, machine: str, tmp: Path, 
         remove(site / rel)
     for rel in STDLIB_PRUNE:
         remove(rootfs / "usr/lib" / PYTHON / rel)
-    if (site / "pip").exists() or (site / "setuptools").exists():
-        raise SystemExit("image: pip or setuptools ended up in the image's site-packages")
+    forget_build_paths(site)
+    check_distributions(site)
     venv = rootfs / VENV.lstrip("/")
     bindir = venv / "bin"
     bindir.mkdir()
@@ -422,6 +549,8 @@ def install_python_packages(rootfs: Path, wheel: Path, machine: str, tmp: Path, 
             "chroot",
             str(rootfs),
             f"/usr/bin/{PYTHON}",
+            "-I",
+            "-B",  # no platform.pyc of its own: byte_compile writes every .pyc, hash-based
             "-c",
             "import platform; print(platform.python_version())",
         ],
@@ -444,6 +573,52 @@ def install_python_packages(rootfs: Path, wheel: Path, machine: str, tmp: Path, 
         f"if __name__ == '__main__':\n    sys.exit({func}())\n"
     )
     script.chmod(0o755)
+
+
+def forget_build_paths(site: Path) -> None:
+    """What pip wrote about this build rather than about the packages: the RECORD lines of the console
+    scripts SITE_PRUNE removed (their hashes cover the build host's interpreter path) and the project's
+    direct_url.json (the temporary path of its wheel). Without them two builds write the same bytes."""
+    for record in site.glob("*.dist-info/RECORD"):
+        dist_info = record.parent.name
+        lines = record.read_text().splitlines(keepends=True)
+        kept = [
+            line
+            for line in lines
+            if not line.startswith("../../bin/") and not line.startswith(f"{dist_info}/direct_url.json,")
+        ]
+        if kept != lines:
+            record.write_text("".join(kept))
+        remove(record.parent / "direct_url.json")
+
+
+def installed_distributions(site: Path) -> dict[str, str]:
+    """{normalised name: version} of the distributions installed in ``site`` (their .dist-info)."""
+    found: dict[str, str] = {}
+    for info in site.glob("*.dist-info"):
+        meta = (info / "METADATA").read_text(errors="replace")
+        name = re.search(r"^Name: (.+)$", meta, re.M)
+        version = re.search(r"^Version: (.+)$", meta, re.M)
+        if not (name and version):
+            raise SystemExit(f"image: {info.name} has no Name or Version")
+        found[normalise(name[1])] = version[1].strip()
+    return found
+
+
+def check_distributions(site: Path) -> None:
+    """What was installed is requirements.lock plus the project, at the locked versions: no pip, no
+    setuptools, no simulated cluster, nothing a host's pip configuration slipped in."""
+    installed = installed_distributions(site)
+    want = {e.name: e.version for e in parse_lock(LOCK).values()}
+    want[PROJECT] = project()["project"]["version"]
+    if installed != want:
+        extra = sorted(set(installed) - set(want))
+        missing = sorted(set(want) - set(installed))
+        moved = sorted(n for n in set(want) & set(installed) if want[n] != installed[n])
+        raise SystemExit(f"image: installed distributions differ: extra {extra}, missing {missing}, {moved}")
+    for name in (*SIMULATOR_PACKAGES, "pip", "setuptools"):
+        if (site / name).exists():
+            raise SystemExit(f"image: {name} ended up in the image's site-packages")
 
 
 def _compileall(rootfs: Path, *args: str) -> subprocess.Popen[bytes]:
@@ -584,36 +759,88 @@ def archive(layout: Path, path: Path, epoch: int) -> None:
 # --- main --------------------------------------------------------------------------------------------------
 
 
-def build(out: Path, source: str, keep_rootfs: bool) -> dict[str, Any]:
-    started = time.monotonic()
+def preconditions(tools: Sequence[str]) -> None:
     if os.geteuid() != 0:
         raise SystemExit("image: run as root (mmdebstrap's root mode and chroot need it)")
-    for tool in ("mmdebstrap", "umoci", "dpkg-deb", "chroot"):
+    for tool in tools:
         if shutil.which(tool) is None:
             raise SystemExit(f"image: {tool} not found (apt-get install mmdebstrap umoci)")
+
+
+def host_arch() -> str:
     machine = os.uname().machine
     if machine not in ARCH:
         raise SystemExit(f"image: unsupported architecture {machine}")
-    version = project()["project"]["version"]
-    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or git("log", "-1", "--format=%ct") or time.time())
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-    labels = image_labels(version, revision(), source, created)
-    out.mkdir(parents=True, exist_ok=True)
-    rootfs = out / "rootfs"
+    return ARCH[machine]
+
+
+def source_date_epoch() -> int:
+    return int(os.environ.get("SOURCE_DATE_EPOCH") or git("log", "-1", "--format=%ct") or time.time())
+
+
+def make_rootfs(
+    rootfs: Path,
+    epoch: int,
+    revision: str,
+    snapshot: str | None,
+    *,
+    update_lock: bool = False,
+    lock_mode: str = "enforce",
+) -> None:
+    """Steps 1 to 4: the image's root filesystem, every file time clamped to ``epoch``."""
+    arch = host_arch()
     if rootfs.exists():
         shutil.rmtree(rootfs)
     with tempfile.TemporaryDirectory(prefix="trainer-metrics-image-") as tmpdir:
         tmp = Path(tmpdir)
         py = build_tools_venv(tmp)
-        wheel = project_wheel(tmp, py)
-        debian_rootfs(rootfs, epoch)
-        packages = write_dpkg_status(rootfs)
+        wheel = project_wheel(tmp, py, revision)
+        debian_rootfs(rootfs, epoch, arch, snapshot)
+        debs = fetched_debs(rootfs)
+        if update_lock:
+            write_debian_lock(debian_lock_path(arch), arch, debs)
+            log(f"wrote {debian_lock_path(arch).relative_to(ROOT)} ({len(debs)} packages)")
+        check_debian_lock(debs, arch, lock_mode)
+        write_dpkg_status(rootfs)
         prune(rootfs)
         accounts(rootfs)
-        install_python_packages(rootfs, wheel, machine, tmp, py)
+        install_python_packages(rootfs, wheel, os.uname().machine, tmp, py)
     byte_compile(rootfs)
     clamp_mtimes(rootfs, epoch)
+
+
+def update_foreign_lock(arch: str, snapshot: str | None) -> None:
+    """image/debian-<arch>.lock for another architecture: resolve and fetch its packages only (nothing of
+    them runs here)."""
+    with tempfile.TemporaryDirectory(prefix="trainer-metrics-debs-") as tmpdir:
+        rootfs = Path(tmpdir) / "rootfs"
+        debian_rootfs(rootfs, source_date_epoch(), arch, snapshot)
+        debs = fetched_debs(rootfs)
+    write_debian_lock(debian_lock_path(arch), arch, debs)
+    log(f"wrote {debian_lock_path(arch).relative_to(ROOT)} ({len(debs)} packages)")
+
+
+def build(
+    out: Path,
+    source: str,
+    keep_rootfs: bool,
+    *,
+    rev: str,
+    snapshot: str | None = None,
+    update_lock: bool = False,
+    lock_mode: str = "enforce",
+) -> dict[str, Any]:
+    started = time.monotonic()
+    preconditions(["mmdebstrap", "umoci", "dpkg-deb", "chroot"])
+    version = project()["project"]["version"]
+    epoch = source_date_epoch()
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    labels = image_labels(version, rev, source, created)
+    out.mkdir(parents=True, exist_ok=True)
+    rootfs = out / "rootfs"
+    make_rootfs(rootfs, epoch, rev, snapshot, update_lock=update_lock, lock_mode=lock_mode)
     rootfs_bytes = tree_bytes(rootfs)
+    distributions = installed_distributions(rootfs / SITE_PACKAGES.lstrip("/"))
     layout = out / "oci"
     oci_image(rootfs, layout, version, labels, created)
     if not keep_rootfs:
@@ -632,12 +859,10 @@ def build(out: Path, source: str, keep_rootfs: bool) -> dict[str, Any]:
         "user": config["config"]["User"],
         "entrypoint": config["config"]["Entrypoint"],
         "labels": config["config"]["Labels"],
-        "debian_packages": packages,
-        "python_packages": sorted(
-            line.split(" ", 1)[0]
-            for line in LOCK.read_text().splitlines()
-            if "==" in line and line[0].isalpha()
-        ),
+        "debian_lock": str(debian_lock_path(host_arch()).relative_to(ROOT)),
+        "debian_snapshot": snapshot,
+        "debian_packages": [f"{d.name}={d.version}" for d in read_debian_lock(debian_lock_path(host_arch()))],
+        "python_packages": [f"{name}=={v}" for name, v in sorted(distributions.items())],
         "build_seconds": round(time.monotonic() - started, 1),
     }
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -649,8 +874,73 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default build/image)")
     p.add_argument("--source", default=default_source(), help="org.opencontainers.image.source")
     p.add_argument("--keep-rootfs", action="store_true", help="keep the root filesystem tree in --out")
+    p.add_argument(
+        "--revision",
+        default=None,
+        help="the commit built (org.opencontainers.image.revision, `--version`); default: git, else unknown",
+    )
+    p.add_argument(
+        "--rootfs-only",
+        type=Path,
+        metavar="DIR",
+        help="make the root filesystem in DIR and stop (no OCI image, no umoci): the Dockerfile's builder",
+    )
+    p.add_argument(
+        "--debian-snapshot",
+        metavar="YYYYMMDDTHHMMSSZ",
+        help="fetch the Debian packages from snapshot.debian.org at this time (to rebuild an older lock)",
+    )
+    p.add_argument(
+        "--update-debian-lock",
+        action="store_true",
+        help="write image/debian-<arch>.lock from the packages Debian serves now, then build",
+    )
+    p.add_argument(
+        "--debian-lock",
+        choices=DEBIAN_LOCK_MODES,
+        default=os.environ.get("IMAGE_DEBIAN_LOCK", "enforce"),
+        help="enforce (default; env IMAGE_DEBIAN_LOCK): stop when Debian's packages differ from the lock; "
+        "report: say what moved and build (CI: a Debian security update must not stop every build)",
+    )
+    p.add_argument(
+        "--arch",
+        choices=sorted(ARCH.values()),
+        help="with --update-debian-lock: only resolve and lock this architecture's packages (no image)",
+    )
     args = p.parse_args(argv)
-    report = build(args.out.resolve(), args.source, args.keep_rootfs)
+    rev = args.revision or revision()
+    if args.arch and args.arch != host_arch():
+        if not args.update_debian_lock:
+            raise SystemExit("image: --arch is for --update-debian-lock (the image is built for the host)")
+        preconditions(["mmdebstrap", "dpkg-deb"])
+        update_foreign_lock(args.arch, args.debian_snapshot)
+        return 0
+    if args.rootfs_only:
+        started = time.monotonic()
+        preconditions(["mmdebstrap", "dpkg-deb", "chroot"])
+        rootfs = args.rootfs_only.resolve()
+        make_rootfs(
+            rootfs,
+            source_date_epoch(),
+            rev,
+            args.debian_snapshot,
+            update_lock=args.update_debian_lock,
+            lock_mode=args.debian_lock,
+        )
+        log(
+            f"root filesystem in {rootfs} ({tree_bytes(rootfs) / 1e6:.1f} MB) in "
+            f"{time.monotonic() - started:.1f} s"
+        )
+        return 0
+    report = build(
+        args.out.resolve(),
+        args.source,
+        args.keep_rootfs,
+        rev=rev,
+        snapshot=args.debian_snapshot,
+        update_lock=args.update_debian_lock,
+        lock_mode=args.debian_lock,
+    )
     mb = 1e6
     log(
         f"built {report['layout']}:{report['tag']} ({report['manifest_digest']}) "

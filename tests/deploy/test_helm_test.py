@@ -70,12 +70,14 @@ def test_default_pod_is_a_hook_that_no_selector_takes_for_a_replica(render: Rend
 
 
 def test_pod_runs_the_python_of_the_exporters_image(render: RenderFn) -> None:
-    """The hook runs the image's own interpreter: the one beside the entrypoint (image/build.py), which the
-    Dockerfile's virtualenv also has."""
+    """The hook runs the image's own interpreter: the one beside the entrypoint (image/build.py makes it; the
+    Dockerfile runs build.py, and image/check.py checks the image has it)."""
     (container,) = hook_pod(render())["spec"]["containers"]
     python = Path(container["command"][0])
+    assert python == Path(build.VENV) / "bin" / "python"
     assert python.parent == Path(build.ENTRYPOINT[0]).parent, build.ENTRYPOINT
-    assert f"python -m venv --without-pip {python.parent.parent}" in (ROOT / "Dockerfile").read_text()
+    check = (ROOT / "image" / "check.py").read_text()
+    assert 'hook_python = rootfs / VENV.lstrip("/") / "bin" / "python"' in check
 
 
 def test_production_pod_scrapes_with_the_scrape_token_and_the_monitors_tls_check(render: RenderFn) -> None:

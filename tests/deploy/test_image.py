@@ -1,12 +1,16 @@
-"""The lock files and the registry-free image build: the locks pin, with hashes, versions inside
-pyproject.toml's ranges; CI, the Dockerfile and image/build.py install from them; the image built from
-Debian packages runs like the Dockerfile's (user, port, environment, entrypoint). The build itself, and the
-start of the image, run in `.ci/run` (image/image-check.sh), not here: they need root and a few minutes."""
+"""The lock files and the registry-free image build: the Python locks pin, with hashes, versions inside
+pyproject.toml's ranges; the Debian locks pin the image's packages by sha256; image/build.py (which the
+Dockerfile runs) installs from them and nothing else; image/check.py runs the image as the chart runs the
+pod. The build itself, and the start of the image, run in `.ci/run` (image/image-check.sh), not here: they
+need root and a minute or two."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +20,7 @@ from packaging.requirements import Requirement
 from image import build
 from image.build import Locked, closure, normalise, parse_lock
 
-from .chart import ROOT, stages
+from .chart import ROOT
 
 PYPROJECT: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
 RUNTIME = parse_lock(ROOT / "requirements.lock")
@@ -102,36 +106,142 @@ def test_image_build_installs_the_lock_with_hashes_and_no_pip() -> None:
     assert "pip" not in " ".join(build.DEBIAN_PACKAGES)
 
 
-def dockerfile_final_stage() -> dict[str, str]:
-    final = stages()[-1]
-    return {word: args for word, args in final if word in {"USER", "EXPOSE", "ENTRYPOINT"}}
-
-
-def dockerfile_env() -> dict[str, str]:
-    (env_args,) = [args for word, args in stages()[-1] if word == "ENV"]
-    return dict(re.findall(r"(\w+)=(\S+)", env_args))
-
-
-def test_the_debian_image_runs_like_the_dockerfile_image() -> None:
-    final = dockerfile_final_stage()
-    assert final["USER"] == f"{build.UID}:{build.GID}"
-    assert final["EXPOSE"] == f"{build.PORT} {build.PROBE_PORT}"
-    # Same program: the Dockerfile's `trainer-metrics` resolves through PATH to /opt/venv/bin.
-    assert final["ENTRYPOINT"] == '["trainer-metrics"]'
+def test_the_image_runs_as_the_chart_runs_it() -> None:
+    # The Dockerfile's final stage is generated from these (tests/deploy/test_dockerfile.py).
     assert build.ENTRYPOINT == ["/opt/venv/bin/trainer-metrics"]
     assert build.ENV["PATH"].startswith("/opt/venv/bin:")
-    docker_env = dockerfile_env()
-    for key, value in docker_env.items():
-        if key in {"PATH", "VIRTUAL_ENV"}:
-            continue
-        assert build.ENV.get(key) == value, f"{key}: Dockerfile {value!r}, build.py {build.ENV.get(key)!r}"
-    assert set(build.ENV) - set(docker_env) == set()
-    # The chart runs both as this user.
     from .chart import CHART_DIR, load_yaml
 
     values = load_yaml(CHART_DIR / "values.yaml")
     assert values["securityContext"]["runAsUser"] == build.UID
     assert values["containerPort"] == build.PORT
+
+
+@pytest.mark.parametrize("arch", sorted(build.ARCH.values()))
+def test_debian_lock_pins_every_package_of_the_image(arch: str) -> None:
+    path = build.debian_lock_path(arch)
+    debs = build.read_debian_lock(path)
+    names = [d.name for d in debs]
+    assert len(names) == len(set(names)) and len(debs) >= 20
+    assert set(build.DEBIAN_PACKAGES) <= set(names)
+    # Python and the libraries it links: no shell, no package manager, no interpreter besides Python.
+    for absent in ("dash", "bash", "coreutils", "dpkg", "apt", "perl-base", "python3-pip", "tar"):
+        assert absent not in names, absent
+    assert f"--update-debian-lock --arch {arch}" in path.read_text().split("\n", 3)[2]
+
+
+def test_both_architectures_lock_the_same_package_versions() -> None:
+    amd64, arm64 = (build.read_debian_lock(build.debian_lock_path(a)) for a in ("amd64", "arm64"))
+    assert [(d.name, d.version) for d in amd64] == [(d.name, d.version) for d in arm64]
+
+
+def test_a_debian_update_stops_the_build_and_says_what_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "debian-amd64.lock"
+    monkeypatch.setattr(build, "debian_lock_path", lambda arch: lock)
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    locked = [build.Deb("libc6", "2.36-9+deb12u13", "a" * 64), build.Deb("zlib1g", "1:1.2.13", "b" * 64)]
+    build.write_debian_lock(lock, "amd64", locked)
+    assert build.read_debian_lock(lock) == locked
+    build.check_debian_lock(list(locked), "amd64")  # the same: passes
+    fetched = [build.Deb("libc6", "2.36-9+deb12u14", "c" * 64), build.Deb("zlib1g", "1:1.2.13", "d" * 64)]
+    with pytest.raises(SystemExit) as exc:
+        build.check_debian_lock([*fetched, build.Deb("libnew1", "1.0", "e" * 64)], "amd64")
+    message = str(exc.value)
+    assert "libc6: 2.36-9+deb12u13 -> 2.36-9+deb12u14" in message
+    assert "zlib1g 1:1.2.13: another file" in message and "libnew1: added" in message
+    assert "--update-debian-lock" in message and "--debian-snapshot" in message
+    # CI's mode: the same drift is said, and the build goes on (Debian keeps only the current versions).
+    logged: list[str] = []
+    monkeypatch.setattr(build, "log", logged.append)
+    build.check_debian_lock(fetched, "amd64", "report")
+    assert len(logged) == 1 and "libc6: 2.36-9+deb12u13 -> 2.36-9+deb12u14" in logged[0]
+
+
+def test_ci_builds_the_image_reporting_debian_drift() -> None:
+    """.ci/run must not fail because Debian published a security update since the lock was written."""
+    ci = (build.ROOT / ".ci" / "run").read_text()
+    assert "IMAGE_DEBIAN_LOCK=report bash image/image-check.sh" in ci
+    assert "ARG DEBIAN_LOCK=enforce" in (build.ROOT / "Dockerfile").read_text()
+
+
+def test_debian_snapshot_mirrors() -> None:
+    assert build.mirrors(None) == build.MIRRORS
+    snap = build.mirrors("20260711T000000Z")
+    assert all("http://snapshot.debian.org/archive/debian" in m and "check-valid-until=no" in m for m in snap)
+    assert [m.split()[-2] for m in snap] == ["bookworm", "bookworm-updates", "bookworm-security"]
+    with pytest.raises(SystemExit):
+        build.mirrors("2026-07-11")
+
+
+def _dist(site: Path, name: str, version: str, record: str = "") -> Path:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text(record)
+    return info
+
+
+def test_the_image_holds_the_lock_and_the_project_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    for entry in RUNTIME.values():
+        _dist(site, entry.name, entry.version)
+    _dist(site, "trainer-metrics", PYPROJECT["project"]["version"])
+    build.check_distributions(site)
+    sim = _dist(site, "trainer-metrics-sim", "0.1.0")
+    with pytest.raises(SystemExit, match="extra \\['trainer-metrics-sim'\\]"):
+        build.check_distributions(site)
+    shutil.rmtree(sim)
+    (site / "kubesim").mkdir()
+    with pytest.raises(SystemExit, match="kubesim ended up"):
+        build.check_distributions(site)
+
+
+def test_no_path_of_the_build_is_left_in_the_records(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    info = _dist(
+        site,
+        "trainer-metrics",
+        "0.1.0",
+        "app/cli.py,sha256=x,1\n../../bin/trainer-metrics,sha256=y,2\n"
+        "trainer_metrics-0.1.0.dist-info/direct_url.json,sha256=z,3\n",
+    )
+    (info / "direct_url.json").write_text('{"url": "file:///tmp/trainer-metrics-image-x/wheels/x.whl"}')
+    build.forget_build_paths(site)
+    assert (info / "RECORD").read_text() == "app/cli.py,sha256=x,1\n"
+    assert not (info / "direct_url.json").exists()
+
+
+def test_the_check_runs_the_image_as_the_chart_runs_the_pod(tmp_path: Path) -> None:
+    """image/check.py's runtime spec: read-only root, no capabilities, the check's network namespace (where
+    the simulated cluster listens) and the kubeconfig mounted read-only."""
+    from image import check
+
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    spec = {
+        "process": {
+            "user": {"uid": build.UID, "gid": build.GID},
+            "args": list(build.ENTRYPOINT),
+            "env": ["PATH=/opt/venv/bin"],
+        },
+        "root": {"path": "rootfs"},
+        "mounts": [],
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "mount"}]},
+    }
+    (bundle / "config.json").write_text(json.dumps(spec))
+    netns, kubeconfig = Path("/var/run/netns/x"), tmp_path / "kubeconfig"
+    out = check.prepare_spec(bundle, netns, kubeconfig)
+    assert out["root"] == {"path": "rootfs", "readonly": True}
+    assert out["process"]["noNewPrivileges"] is True
+    assert all(caps == [] for caps in out["process"]["capabilities"].values())
+    assert {"type": "network", "path": str(netns)} in out["linux"]["namespaces"]
+    (mount,) = [m for m in out["mounts"] if m["destination"] == check.KUBECONFIG_IN_IMAGE]
+    assert mount["source"] == str(kubeconfig) and "ro" in mount["options"]
+    assert (bundle / "rootfs" / check.KUBECONFIG_IN_IMAGE.lstrip("/")).is_file()
 
 
 def test_image_labels_name_version_revision_and_source() -> None:
