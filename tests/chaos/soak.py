@@ -70,7 +70,8 @@ from app.trainer.kinds import TRAINJOBS
 from tests.support import promql_visible
 from tests.support.fleet import FleetPrometheus
 from tests.support.harness import Replica, replica
-from tests.support.prom import PROMETHEUS, SCRAPE_INTERVAL_SECONDS, free_port
+from tests.support.prom import PROMETHEUS, SCRAPE_INTERVAL_SECONDS
+from tests.support.slots import SlotSockets
 from tests.support.waiting import eventually
 
 log = logging.getLogger("soak")
@@ -721,10 +722,11 @@ class Soak:
         self.stopped_services: list[tuple[str, weakref.ref[Service]]] = []
         self.memory: dict[str, dict[str, Any]] = {}  # "warm" / "end": structure sizes, traced MB by part
         self.trimmed: dict[str, int] = {}  # "warm" / "end": trimmed_rss_bytes()
-        # Each replica instance is served over HTTP on its own slot (a pre-allocated port, a Prometheus target
-        # with label pod="slot-N"): a restarted replica is a new pod, as in a Deployment.
+        # Each replica instance is served over HTTP on its own slot (a Prometheus target with label
+        # pod="slot-N"): a restarted replica is a new pod, as in a Deployment. Every slot's socket is bound
+        # now and held until the end (tests/support/slots.py): no two targets can share a port.
         slots = cfg.replicas + int(cfg.fault_seconds / 4) + 8
-        self.slot_ports = [free_port() for _ in range(slots)]
+        self.slots = SlotSockets(slots)
         self.slot_of: dict[str, int] = {}  # identity -> the slot of its latest instance
         self.slot_seq = 0
         self.prom: FleetPrometheus | None = None
@@ -762,18 +764,20 @@ class Soak:
         """Serve the replica's routes (its running Service, no lifespan of their own) on the next slot."""
         slot = self.slot_seq
         self.slot_seq += 1
-        if slot >= len(self.slot_ports):
+        if slot >= len(self.slots):
             self.problems.append(f"{self.t()}: no slot left to serve {service.settings.identity}")
             return []
         self.slot_of[service.settings.identity] = slot
         app = create_app(service.settings)
         app.state.service = service
-        port = self.slot_ports[slot]
+        app.state.slot = slot
+        port = self.slots.port(slot)
         config = uvicorn.Config(
             app, host="127.0.0.1", port=port, lifespan="off", log_config=None, access_log=False
         )
         server = _Server(config)
-        task = asyncio.create_task(server.serve(), name=f"http {service.settings.identity}")
+        sockets = [self.slots.serving(slot)]
+        task = asyncio.create_task(server.serve(sockets=sockets), name=f"http {service.settings.identity}")
 
         def started() -> bool:
             if task.done():
@@ -784,13 +788,14 @@ class Soak:
         await eventually(started, 30.0, interval=0.01, what=f"the HTTP server of {service.settings.identity}")
         return [(server, task, app)]
 
-    @staticmethod
-    async def _stop_serving(served: list[tuple[uvicorn.Server, asyncio.Task[None], Any]]) -> None:
+    async def _stop_serving(self, served: list[tuple[uvicorn.Server, asyncio.Task[None], Any]]) -> None:
         for server, task, app in served:
             server.should_exit = True
             with contextlib.suppress(Exception):
                 await task
             app.state.service = None  # nothing may keep a stopped replica alive (stopped_services_alive)
+            # Its port stays held; a scrape is reset from now on, as a gone pod's would fail.
+            await self.slots.retire(app.state.slot)
         served.clear()
 
     async def scrape_without_prometheus(self, stop: asyncio.Event) -> None:
@@ -805,8 +810,8 @@ class Soak:
 
     def targets(self) -> list[tuple[str, dict[str, str]]]:
         return [
-            (f"127.0.0.1:{port}", {"namespace": "trainer-metrics-soak", "pod": f"slot-{slot}"})
-            for slot, port in enumerate(self.slot_ports)
+            (address, {"namespace": "trainer-metrics-soak", "pod": f"slot-{slot}"})
+            for slot, address in enumerate(self.slots.addresses)
         ]
 
     async def visible_counts(self, leader: str | None, since_wall: float) -> None:
@@ -1093,6 +1098,7 @@ class Soak:
         finally:
             if self.prom is not None:
                 await asyncio.to_thread(self.prom.stop)
+            self.slots.close()
             if started_tracing:
                 tracemalloc.stop()
             root.removeHandler(errors)
