@@ -1,35 +1,43 @@
-"""Chaos soak: three replicas against one simulated cluster under random faults, checked against the truth.
+"""Chaos soak: replicas against one simulated cluster under random faults, checked against the truth.
 
-Run it long: ``.venv/bin/python -m tests.chaos.soak --minutes 10`` (prints a table, writes JSON with
-``--json``); the CI version is ``tests/chaos/test_soak.py`` (about 90 s of faults).
+Run it long: ``.venv/bin/python -m tests.chaos.soak --minutes 10 [--json report.json] [--plot DIR]``
+(prints a progress line a minute and a final table; exit status 1 on any failed check); the CI version is
+``tests/chaos/test_soak.py`` (100 s of faults).
 
-What happens (all in one process, one event loop):
+What happens:
 
-* a ``SimulatedCluster`` and a ``WorkloadGenerator`` that keeps a bounded population (``max_jobs``) and runs
-  TrainJob lifecycles (create, suspend/admit, run, finish, duplicate terminal writes, delete) at ``rate``
-  steps per second, with an independent ground truth of what the metrics should say;
-* three ``Service`` replicas (each with its own ``KubeClient``, leader election on) started through the
-  integration harness;
+* in this process: a ``SimulatedCluster`` and a ``WorkloadGenerator`` that keeps a bounded population
+  (``max_jobs``) and runs TrainJob lifecycles (create, suspend/admit, run, finish, duplicate terminal
+  writes, delete) at ``rate`` steps per second, with an independent ground truth of what the metrics should
+  say; a real Prometheus scraping every replica slot each second; the fault injection and the checks;
+* the replicas (leader election on), each served on its own slot, a socket bound before any replica starts
+  and held for the whole run (tests/support/slots.py): by default (``processes``, the command line) four,
+  each a process of its own running the service as the CLI does (tests/chaos/replica_proc.py), two of
+  them *residents* that are never killed or restarted, whose memory is followed for the whole run
+  (tests/chaos/memory.py); with ``--in-process`` three ``Service`` objects on this process's event loop;
 * every few seconds one fault episode, in shuffled rounds so that every kind occurs: stalled watch streams
   (no bytes, no close; longer than the inactivity timeout), resets mid-chunk (open streams and the next
   ones), 410 Expired by compaction, 429 with Retry-After, 500/503/504, a full API-server restart that
-  loses watch history, a leader killed without release (``Service.kill()``; a fresh replica with a new
-  identity replaces it once a survivor has taken over), a graceful leader restart (stop, then start);
+  loses watch history, a leader killed without release (SIGKILL, or ``Service.kill()`` in this process; a
+  fresh replica with a new identity replaces it once a survivor has taken over), a graceful leader restart
+  (SIGTERM: hand over, release, exit; then start). A leader fault that finds a resident leading first
+  demotes it: every Lease update fails until it has stepped down and the Lease has expired (the "leader
+  cannot renew" hand-over), until another replica leads;
 * at the end the generator stops, the faults are cleared and everything settles; then the report says
-  what the leaders counted over all their terms against the truth, the final leader's gauge against the
-  true current state, whether anything crashed or logged an error, RSS growth, and readiness during stalls.
+  what the leaders counted over all their terms against the truth, what PromQL saw against the truth and
+  against what each replica counted, the final leader's gauge against the true current state, whether
+  anything crashed or logged an error, readiness during stalls, and each service process's memory.
 
-Counting over terms: each replica's ``_start_exporting`` / ``_stop_exporting`` is wrapped to record its
-Trainer counter values when a term starts and ends (for a killed leader: at kill time). The sum of
-(end - start) over terms is what the leaders exported. The documented bound (app/metrics/journal.py):
-a graceful hand-over is exact; after a kill (or a lost Lease whose release failed), the events the old
-leader counted above the watermark it had last published may be counted again by the next leader (at
-most one renew period of events), nothing is lost. For every term that ends, the events it counted above
-the Lease's published watermark are recorded; the next term's floor (the watermark it starts from) says
-which of them may be counted again: that is the per-series allowance. The second documented bound
-(docs/leadership.md): an edge that the new leader's relist found on a newer state of the job, above its
-floor while the edge itself was at or below it; ``DoubleCounts`` catches every edge counted twice as it
-happens, names its cause, and adds these (verified against that replica's relists) to the allowance.
+What each replica does is recorded by its tap (tests/chaos/tap.py), wherever it runs: its leader terms
+(start with the floor, stop), every count it made, the relists of its TrainJob informer. A term's counts are
+the sum of its ``count`` records. The documented bound (docs/leadership.md): a graceful hand-over is exact;
+after a kill (or a lost Lease), the events the old leader counted above the watermark it had last published
+may be counted again by the next leader, nothing is lost. For every term that ends, the events it counted
+above the Lease's published watermark are kept; the next term's floor (the watermark it starts from) says
+which of them may be counted again: that is the per-series allowance. The second documented bound: an edge
+that the new leader's relist found on a newer state of the job, above its floor while the edge itself was at
+or below it; ``DoubleCounts`` catches every edge counted twice as it happens, names its cause, and adds
+these (verified against that replica's relists) to the allowance.
 """
 
 from __future__ import annotations
@@ -160,6 +168,7 @@ class SoakConfig:
     memory_growth_limit: float = 0.10  # a resident's RSS may grow at most this much after the warm-up
     slope_limit: float = 0.05  # MB per minute, checked once the window after the structures were full ...
     slope_min_window: float = 1200.0  # ... spans at least this many seconds
+    progress_every: float = 0.0  # seconds between progress lines on stderr (0: none; the command line: 60)
     service_overrides: dict[str, Any] = field(
         default_factory=lambda: {
             "lease_duration_seconds": 3.0,
@@ -864,13 +873,12 @@ class Soak:
         # The rv its informer reached, before it stops (a killed process answers nothing after).
         span.stop_rv = span.current_rv()
         self.recorder.pending_how[identity] = "killed" if kill else "graceful"
-        stopped_at, stopped_wall = time.monotonic(), time.time()
         try:
             await handle.stop(kill=kill)
         finally:
-            # A killed process wrote no term_stop: its term ended when it died (nothing it wrote is lost:
-            # every record is read before this). In this process, kill() wrote it.
-            self.recorder.stop(identity, stopped_at, stopped_wall)
+            # A killed process wrote no term_stop: its term ended when it died, just now (every record it
+            # wrote has been handled by then). In this process, kill() wrote one.
+            self.recorder.stop(identity, time.monotonic(), time.time())
             self.recorder.pending_how.pop(identity, None)
             self.visibility.stopped(span)
             await self.slots.retire(handle.slot)  # its port stays held; a scrape is reset from now on
@@ -1133,9 +1141,25 @@ class Soak:
             return None
         return self.leader()
 
+    def progress(self) -> str:
+        """One line for an unattended run's log: where the soak is."""
+        truth = sum(self.gen.truth.created.values()) - self.created_before
+        residents = [p for p in self.processes if p.resident and p.rss]
+        memory = ", ".join(f"{p.identity} {p.rss[-1][1] / 2**20:.1f} MB" for p in residents)
+        return (
+            f"[soak {self.t():7.0f} s] episodes {len(self.episodes)}, leader {self.leader()}, "
+            f"terms {len(self.recorder.terms)}, replicas started {self.replica_seq}, "
+            f"created: truth {truth:g}, counted {self.counted_created:g}"
+            + (f"; RSS {memory}" if memory else "")
+        )
+
     async def faults_loop(self, stop_at: float) -> None:
         deck: list[str] = []
+        next_progress = time.monotonic() + self.cfg.progress_every
         while time.monotonic() < stop_at:
+            if self.cfg.progress_every and time.monotonic() >= next_progress:
+                next_progress += self.cfg.progress_every
+                print(self.progress(), file=sys.stderr, flush=True)
             await asyncio.sleep(self.rng.uniform(*self.cfg.fault_gap))  # the gap between faults (scenario)
             if time.monotonic() >= stop_at:
                 break
@@ -1189,7 +1213,8 @@ class Soak:
                     return await self._run_inner()
                 finally:
                     unsubscribe()
-                    for identity in list(self.live):
+                    # Followers first: then only the leader hands over (to nobody), once.
+                    for identity in sorted(self.live, key=lambda i: self.live[i].leading()):
                         with contextlib.suppress(Exception):
                             await self.stop_replica(identity, kill=False)
         finally:
@@ -1843,14 +1868,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="tracemalloc: traced memory by part at warm-up and end (with --in-process)",
     )
-    parser.add_argument("--workdir", type=Path, help="keep Prometheus' data and the replicas' logs here")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="Prometheus' data and the replicas' logs (default: a new temporary directory)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = long_run_config(args.minutes, seed=args.seed, processes=not args.in_process)
     cfg.rate, cfg.max_jobs, cfg.trace_memory = args.rate, args.max_jobs, args.trace_memory
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load = os.getloadavg()
-    report, soak = asyncio.run(run_soak_keeping(cfg, args.workdir))
+    cfg.progress_every = 60.0
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="trainer-metrics-soak-"))
+    print(f"replica logs and Prometheus' data in {workdir}", file=sys.stderr, flush=True)
+    report, soak = asyncio.run(run_soak_keeping(cfg, workdir))
     text = json.dumps(report, indent=2, default=str)
     if args.json:
         args.json.write_text(text)
