@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -34,6 +35,15 @@ from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 OnRecord = Callable[[Record], None]
+
+
+def image_malloc_env() -> dict[str, str]:
+    """The glibc malloc settings the image runs the service with (the Dockerfile's ``MALLOC_*`` ENV): they
+    decide how much freed heap a process keeps, so its RSS, as in production."""
+    with contextlib.suppress(OSError):
+        text = (REPO / "Dockerfile").read_text()
+        return dict(re.findall(r"\b(MALLOC_[A-Z_]+)=(\d+)", text))
+    return {}
 
 
 class ReplicaHandle:
@@ -212,7 +222,8 @@ class ProcessReplica(ReplicaHandle):
         }
         read_fd, write_fd = os.pipe()
         listen_fd = sockets.fd(slot)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_METRICS_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINER_METRICS_", "MALLOC_"))}
+        env.update(image_malloc_env())
         try:
             with self.log_path.open("ab") as log:
                 self.proc = await asyncio.create_subprocess_exec(

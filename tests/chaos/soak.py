@@ -721,6 +721,7 @@ class Soak:
         self.memory: dict[str, dict[str, Any]] = {}  # "warm" / "end": structure sizes, traced MB by part
         self.trimmed: dict[str, int] = {}  # "warm" / "end": trimmed_rss_bytes() of this process
         self.processes: list[ProcessMemory] = []  # process mode: every replica process's memory
+        self.sampling_done = False  # the last raw readings were taken (before the trimmed ones at the end)
         # Per slot (one replica instance), what it counted: sample name -> key -> amount.
         self.slot_counted: dict[int, promql_visible.Table] = {}
         self.counted_created = 0.0  # created edges counted by all leader terms, for the ratio over time
@@ -976,6 +977,8 @@ class Soak:
         warm_read = False
         while not stop.is_set():
             t = self.t()
+            if self.sampling_done:
+                return
             live = {h.pid: h for h in self.live.values() if h.pid is not None}
             for proc in self.processes:
                 if proc.stopped is None and proc.pid in live:
@@ -1315,7 +1318,14 @@ class Soak:
             self.problems.append("pending creations not flushed, or no renew, within 15 s of settling")
         settle_seconds = time.monotonic() - settle_start
         if cfg.processes:
-            await self.read_structures({h.pid: h for h in self.live.values() if h.pid is not None})
+            # The last raw readings, then the trimmed ones: the trim lowers RSS, which must not enter the
+            # growth or the slope, so the sampler reads /proc no more from here.
+            self.sampling_done = True
+            live = {h.pid: h for h in self.live.values() if h.pid is not None}
+            for proc in self.processes:
+                if proc.stopped is None and proc.pid in live:
+                    proc.sample(self.t())
+            await self.read_structures(live)
             await self.read_trimmed("end")
         gc.collect()
         rss_end = rss_bytes()
