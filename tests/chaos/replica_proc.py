@@ -14,7 +14,8 @@ down), with two differences:
   the kernel first with ``trim``). The soak reads RSS from /proc itself, and the sizes of the bounded
   structures from ``/debug/snapshot``.
 
-Logs (WARNING and above) go to stderr, which the soak sends to a file per replica.
+Logs (WARNING and above) go to stderr, which the soak sends to a file per replica. The soak starts it with
+the image's glibc malloc settings (the Dockerfile's ``MALLOC_*``), which decide how much freed heap it keeps.
 """
 
 from __future__ import annotations

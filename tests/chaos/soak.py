@@ -74,7 +74,7 @@ from app.sim.generator import WorkloadGenerator
 from app.sim.status import StoreError
 from app.trainer.kinds import TRAINJOBS
 from tests.chaos.memory import ProcessMemory, plot, structures
-from tests.chaos.replicas import InProcessReplica, ProcessReplica, ReplicaHandle
+from tests.chaos.replicas import InProcessReplica, ProcessReplica, ReplicaHandle, image_malloc_env
 from tests.chaos.tap import Record
 from tests.support import promql_visible
 from tests.support.fleet import FleetPrometheus
@@ -1680,6 +1680,7 @@ class Soak:
             "mode": "processes" if cfg.processes else "in-process",
             "processes": self.process_summaries(),
             "demotions": self.demotions,
+            "replica_malloc_env": image_malloc_env() if cfg.processes else {},
             "replica_exits": self.exits,
             "counted_vs_truth": [
                 (round(t), round(c / truth, 4) if truth else None) for t, truth, c in self.ratios[::6]
@@ -1793,9 +1794,8 @@ def render_table(report: dict[str, Any]) -> str:
         f"{len(fractions)} ({report['stalls_not_checked']}) / {min(fractions, default=None)}",
     )
     if report["mode"] == "processes":
-        lines.append(
-            "memory of each trainer-metrics process (MB; slope in MB/min over the window after full):"
-        )
+        malloc = " ".join(f"{k}={v}" for k, v in report["replica_malloc_env"].items()) or "glibc defaults"
+        lines.append(f"memory of each trainer-metrics process ({malloc}); MB, slope in MB/min after full:")
         lines.append(
             f"  {'process':<22} {'life (s)':<14} {'first':>6} {'warm':>6} {'end':>6} {'peak':>6} "
             f"{'growth':>7} {'trim w/e':>11} {'full at':>8} {'window':>7} {'slope':>8}  structures at end"
