@@ -6,14 +6,16 @@ The soak (tests/chaos/soak.py, process mode) reads, for every replica process:
   every ``interval`` seconds;
 * the sizes of what it remembers besides its informer caches (``/debug/snapshot``: ``remembered``, the
   terminal-dedup set, the informers' objects) every ``structures_every`` readings;
-* at the warm-up point and at the end, its allocator's figures after a full collection and
-  ``malloc_trim(0)`` (``GET /soak/memory?trim=1``, tests/chaos/replica_proc.py): what RSS would be without
-  the free heap pages glibc keeps after a transient peak.
+* with them, its allocator's figures (``GET /soak/memory``, tests/chaos/replica_proc.py): glibc's heap, the
+  part of it in use, and Python's allocated blocks, i.e. its live memory, apart from the free heap glibc
+  keeps after a transient peak (the image's ``MALLOC_TRIM_THRESHOLD_`` keeps up to 128 MB of it);
+* at the end, after the last raw readings, the same after a full collection and ``malloc_trim(0)``
+  (``?trim=1``): what RSS would be without that free heap.
 
 ``summary`` turns one process's readings into the report: RSS at the warm-up point and at the end, its
 growth, its peak, when its bounded structures were full (the hand-over journal at its size and the tombstones
 at their cap, 4096), and the least-squares slope of RSS (MB per minute) over the last ``window`` seconds,
-counted only from the time they were full.
+counted only from the time they were full, and the slopes of the live memory over the same window.
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ class ProcessMemory:
     rss: list[tuple[float, int]] = field(default_factory=list)
     anon: list[tuple[float, int]] = field(default_factory=list)
     sizes: list[tuple[float, dict[str, int]]] = field(default_factory=list)
-    readings: dict[str, dict[str, Any]] = field(default_factory=dict)  # "warm" / "end": /soak/memory?trim=1
+    readings: dict[str, dict[str, Any]] = field(default_factory=dict)  # "end": /soak/memory?trim=1
+    # (t, /soak/memory without trim): glibc's heap in use and Python's allocated blocks, the live memory
+    allocs: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     full_at: float | None = None
 
     def sample(self, t: float) -> bool:
@@ -111,6 +115,7 @@ class ProcessMemory:
             "resident": self.resident,
             "started_s": round(self.started, 1),
             "stopped_s": None if self.stopped is None else round(self.stopped, 1),
+            "life_s": round(end - self.started, 1),
             "readings": len(self.rss),
             "rss_first_mb": round(self.rss[0][1] / MB, 1) if self.rss else None,
             "rss_warm_mb": round(warm[1] / MB, 1) if warm else None,
@@ -124,11 +129,9 @@ class ProcessMemory:
         if self.sizes:
             out["structures_first"] = self.sizes[0][1]
             out["structures_end"] = self.sizes[-1][1]
-        for point in ("warm", "end"):
-            reading = self.readings.get(point)
-            if reading:
-                out[f"trimmed_{point}_mb"] = round(reading.get("VmRSS", 0) / MB, 1)
-                out[f"heap_in_use_{point}_mb"] = round(reading.get("heap_in_use", 0) / MB, 1)
+        reading = self.readings.get("end")
+        if reading:
+            out["trimmed_end_mb"] = round(reading.get("VmRSS", 0) / MB, 1)
         start = end - window
         if self.full_at is not None:
             start = max(start, self.full_at)
@@ -139,6 +142,24 @@ class ProcessMemory:
         out["rss_slope_mb_per_min"] = None if slope is None else round(slope, 4)
         anon_slope = slope_mb_per_minute([(t, b) for t, b in self.anon if t >= start])
         out["anon_slope_mb_per_min"] = None if anon_slope is None else round(anon_slope, 4)
+        # The live memory over the same window: glibc's heap in use (objects above 512 bytes, C buffers) and
+        # Python's allocated blocks (smaller objects; a count, per minute).
+        allocs = [(t, a) for t, a in self.allocs if t >= start]
+        if allocs:
+            first, last_alloc = allocs[0][1], allocs[-1][1]
+            out["heap_mb_first_end"] = [
+                round(first.get("heap", 0) / MB, 1),
+                round(last_alloc.get("heap", 0) / MB, 1),
+            ]
+            out["heap_in_use_mb_first_end"] = [
+                round(first.get("heap_in_use", 0) / MB, 1),
+                round(last_alloc.get("heap_in_use", 0) / MB, 1),
+            ]
+            in_use = slope_mb_per_minute([(t, a.get("heap_in_use", 0)) for t, a in allocs])
+            out["heap_in_use_slope_mb_per_min"] = None if in_use is None else round(in_use, 4)
+            blocks = slope_mb_per_minute([(t, a.get("python_blocks", 0)) for t, a in allocs])
+            out["python_blocks_per_min"] = None if blocks is None else round(blocks * MB)
+            out["python_blocks_first_end"] = [first.get("python_blocks"), last_alloc.get("python_blocks")]
         if len(self.rss) > 1:
             # Every 10th reading, for the JSON report and the table.
             out["rss_mb_series"] = [(round(t), round(b / MB, 1)) for t, b in self.rss[::10]]

@@ -10,8 +10,9 @@ down), with two differences:
   replica started and held by it for the whole run, tests/support/slots.py), not one it binds itself;
 * the soak's tap (tests/chaos/tap.py) writes one JSON line per record to descriptor M, plus a ``status``
   record every 0.1 s, and an ``error`` record per ERROR log line. It keeps nothing;
-  ``GET /soak/memory[?trim=1]`` answers the process's allocator figures (and returns freed heap pages to
-  the kernel first with ``trim``). The soak reads RSS from /proc itself, and the sizes of the bounded
+  ``GET /soak/memory[?trim=1]`` answers the process's allocator figures: glibc's heap (mallinfo2) and
+  Python's allocated blocks (with ``trim``, after a full collection and ``malloc_trim(0)``, which returns
+  the free heap pages to the kernel). The soak reads RSS from /proc itself, and the sizes of the bounded
   structures from ``/debug/snapshot``.
 
 Logs (WARNING and above) go to stderr, which the soak sends to a file per replica. The soak starts it with
@@ -103,7 +104,12 @@ def _mallinfo() -> dict[str, int]:
         info = libc.mallinfo2()
     except (OSError, AttributeError):
         return {}
-    return {"heap_in_use": info.uordblks, "heap_free": info.fordblks, "mmapped": info.hblkhd}
+    return {
+        "heap": info.arena,  # bytes the heaps take from the kernel (brk and arenas of other threads)
+        "heap_in_use": info.uordblks,
+        "heap_free": info.fordblks,
+        "mmapped": info.hblkhd,
+    }
 
 
 def memory_reading(trim: bool) -> dict[str, Any]:
@@ -120,8 +126,7 @@ def memory_reading(trim: bool) -> dict[str, Any]:
     return {
         **status,
         **_mallinfo(),
-        "python_blocks": sys.getallocatedblocks(),
-        "gc_objects": len(gc.get_objects()),
+        "python_blocks": sys.getallocatedblocks(),  # pymalloc's blocks in use (objects up to 512 bytes)
         "trimmed": trim,
     }
 

@@ -960,7 +960,8 @@ class Soak:
         while not stop.is_set():
             self.rss.append((self.t(), rss_bytes()))
             if "warm" not in self.memory and self.t() >= self.cfg.warmup_seconds:
-                self.trimmed["warm"] = trimmed_rss_bytes(self.sim)
+                if not self.cfg.processes:  # compacts the simulated history: only where it shares the process
+                    self.trimmed["warm"] = trimmed_rss_bytes(self.sim)
                 self.memory["warm"] = self.memory_point()
             if tick % 5 == 0:
                 truth = sum(self.gen.truth.created.values()) - self.created_before
@@ -971,10 +972,8 @@ class Soak:
 
     async def sample_processes(self, stop: asyncio.Event) -> None:
         """Process mode: each replica process's RSS from /proc every ``memory_interval`` seconds, the sizes
-        of its bounded structures (/debug/snapshot) every ``structures_every`` readings, and its trimmed
-        figures at the warm-up point (memory.py)."""
+        of its bounded structures and its live memory every ``structures_every`` readings (memory.py)."""
         tick = 0
-        warm_read = False
         while not stop.is_set():
             t = self.t()
             if self.sampling_done:
@@ -985,14 +984,12 @@ class Soak:
                     proc.sample(t)
             if tick % self.cfg.structures_every == 0:
                 await self.read_structures(live)
-            if not warm_read and t >= self.cfg.warmup_seconds:
-                warm_read = True
-                await self.read_trimmed("warm")
             tick += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.cfg.memory_interval)
 
     async def read_structures(self, live: dict[int, ReplicaHandle]) -> None:
+        """Each live process's bounded structures (/debug/snapshot) and live memory (/soak/memory)."""
         for proc in self.processes:
             handle = live.get(proc.pid)
             if proc.stopped is not None or handle is None:
@@ -1001,6 +998,9 @@ class Soak:
                 resp = await handle.http.get("/debug/snapshot")
                 if resp.status_code == 200:
                     proc.structures_read(self.t(), structures(resp.json()))
+                resp = await handle.http.get("/soak/memory")
+                if resp.status_code == 200:
+                    proc.allocs.append((self.t(), resp.json()))
 
     async def read_trimmed(self, point: str) -> None:
         """Each live process's figures after a full collection and malloc_trim(0) (replica_proc.py)."""
@@ -1329,7 +1329,8 @@ class Soak:
             await self.read_trimmed("end")
         gc.collect()
         rss_end = rss_bytes()
-        self.trimmed["end"] = trimmed_rss_bytes(self.sim)
+        if not cfg.processes:
+            self.trimmed["end"] = trimmed_rss_bytes(self.sim)
         self.memory["end"] = self.memory_point()
         stopped_alive = [identity for identity, ref in self.stopped_services if ref() is not None]
         end_truth = self.gen.snapshot()
@@ -1795,17 +1796,22 @@ def render_table(report: dict[str, Any]) -> str:
     )
     if report["mode"] == "processes":
         malloc = " ".join(f"{k}={v}" for k, v in report["replica_malloc_env"].items()) or "glibc defaults"
-        lines.append(f"memory of each trainer-metrics process ({malloc}); MB, slope in MB/min after full:")
+        lines.append(f"memory of each trainer-metrics process ({malloc}):")
         lines.append(
-            f"  {'process':<22} {'life (s)':<14} {'first':>6} {'warm':>6} {'end':>6} {'peak':>6} "
-            f"{'growth':>7} {'trim w/e':>11} {'full at':>8} {'window':>7} {'slope':>8}  structures at end"
+            "  RSS in MB; slopes over the window (s) after its bounded structures were full, in MB/min (RSS, "
+            "glibc heap in use)"
         )
-        for proc in report["processes"]:
+        lines.append("  and blocks/min (Python); trim: RSS at the end after malloc_trim(0); R: resident")
+        lines.append(
+            f"  {'process':<18} {'life (s)':<13} {'first':>6} {'warm':>6} {'end':>6} {'peak':>6} "
+            f"{'growth':>7} {'full at':>7} {'window':>6} {'RSS':>7} {'heap':>7} {'blocks':>7} {'trim':>6}  "
+            "structures at end"
+        )
+        churned = [p for p in report["processes"] if not p["resident"]]
+        for proc in [p for p in report["processes"] if p["resident"]]:
             name = f"{proc['identity']}{' (R)' if proc['resident'] else ''}"
             life = f"{proc['started_s']:g}-{proc['stopped_s'] if proc['stopped_s'] is not None else 'end'}"
-            growth = "" if proc["rss_growth"] is None else f"{100 * proc['rss_growth']:.1f}%"
-            trim = f"{proc.get('trimmed_warm_mb', '-')}/{proc.get('trimmed_end_mb', '-')}"
-            slope = proc["rss_slope_mb_per_min"]
+            growth = "" if proc["rss_growth"] is None else f"{100 * proc['rss_growth']:+.1f}%"
             end = proc.get("structures_end", {})
             sizes = (
                 f"journal {end.get('journal_entries')}, tombstones {end.get('tombstones')}, terminal "
@@ -1815,10 +1821,23 @@ def render_table(report: dict[str, Any]) -> str:
                 else ""
             )
             lines.append(
-                f"  {name:<22} {life:<14} {_mb(proc['rss_first_mb'])} {_mb(proc['rss_warm_mb'])} "
-                f"{_mb(proc['rss_end_mb'])} {_mb(proc['rss_peak_mb'])} {growth:>7} {trim:>11} "
-                f"{_mb(proc['full_at_s'], 8)} {proc['slope_window_s']:>7g} "
-                f"{'-' if slope is None else f'{slope:+.3f}':>8}  {sizes}"
+                f"  {name:<18} {life:<13} {_mb(proc['rss_first_mb'])} {_mb(proc['rss_warm_mb'])} "
+                f"{_mb(proc['rss_end_mb'])} {_mb(proc['rss_peak_mb'])} {growth:>7} "
+                f"{_mb(proc['full_at_s'], 7)} {proc['slope_window_s']:>6g} "
+                f"{_signed(proc['rss_slope_mb_per_min'])} "
+                f"{_signed(proc.get('heap_in_use_slope_mb_per_min'))} "
+                f"{_signed(proc.get('python_blocks_per_min'), 0)} {_mb(proc.get('trimmed_end_mb'))}  {sizes}"
+            )
+        if churned:
+            lives = [p["life_s"] for p in churned]
+            ends = [p["rss_end_mb"] for p in churned if p["rss_end_mb"] is not None]
+            growths = [p["rss_growth"] for p in churned if p["rss_growth"] is not None]
+            lines.append(
+                f"  {len(churned)} other processes (killed or restarted), lived "
+                f"{min(lives):.0f}-{max(lives):.0f} s (median {statistics.median(lives):.0f}): "
+                f"RSS at the end median {statistics.median(ends) if ends else '-'}, "
+                f"max {max(ends, default='-')} MB, growth after "
+                f"the warm-up at most {100 * max(growths, default=0):+.1f} %"
             )
         row(
             "this (the soak's) process RSS warm / end", f"{report['rss_warm_mb']} / {report['rss_end_mb']} MB"
@@ -1853,6 +1872,10 @@ def render_table(report: dict[str, Any]) -> str:
 
 def _mb(value: float | None, width: int = 6) -> str:
     return f"{'-' if value is None else f'{value:g}':>{width}}"
+
+
+def _signed(value: float | None, digits: int = 3, width: int = 7) -> str:
+    return f"{'-' if value is None else f'{value:+.{digits}f}':>{width}}"
 
 
 def main(argv: list[str] | None = None) -> int:
