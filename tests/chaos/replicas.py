@@ -208,8 +208,10 @@ class ProcessReplica(ReplicaHandle):
         on_record: OnRecord,
         *,
         log_dir: Path,
+        env: dict[str, str] | None = None,
         **overrides: Any,
     ) -> ProcessReplica:
+        """``env``: set in the process's environment on top of the image's malloc settings ("" unsets)."""
         self = cls(identity, slot, sockets.port(slot), log_dir / f"{identity}-slot-{slot}.log")
         values = {
             "kubeconfig": str(kubeconfig),
@@ -222,8 +224,10 @@ class ProcessReplica(ReplicaHandle):
         }
         read_fd, write_fd = os.pipe()
         listen_fd = sockets.fd(slot)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINER_METRICS_", "MALLOC_"))}
-        env.update(image_malloc_env())
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINER_METRICS_", "MALLOC_"))}
+        environ.update(image_malloc_env())
+        environ.update(env or {})
+        environ = {k: v for k, v in environ.items() if v != ""}
         try:
             with self.log_path.open("ab") as log:
                 self.proc = await asyncio.create_subprocess_exec(
@@ -241,7 +245,7 @@ class ProcessReplica(ReplicaHandle):
                     stdout=log,
                     stderr=log,
                     cwd=REPO,
-                    env=env,
+                    env=environ,
                 )
         finally:
             os.close(write_fd)

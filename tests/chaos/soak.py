@@ -162,6 +162,8 @@ class SoakConfig:
     # ``max_demotions`` times, until another replica leads.
     residents: int = 2
     max_demotions: int = 4
+    # Process mode: set in each replica process's environment after the image's malloc settings ("" unsets).
+    replica_env: dict[str, str] = field(default_factory=dict)
     memory_interval: float = 2.0  # seconds between RSS readings of each replica process
     structures_every: int = 5  # /debug/snapshot (sizes of the bounded structures) every this many readings
     slope_window: float = 1800.0  # RSS slope over at most the last 30 minutes (and the last half of the run)
@@ -767,7 +769,14 @@ class Soak:
         handle: ReplicaHandle
         if self.cfg.processes:
             handle = await ProcessReplica.start(
-                self.kubeconfig, identity, slot, self.slots, on_record, log_dir=self.workdir, **overrides
+                self.kubeconfig,
+                identity,
+                slot,
+                self.slots,
+                on_record,
+                log_dir=self.workdir,
+                env=self.cfg.replica_env,
+                **overrides,
             )
             assert handle.pid is not None
             self.processes.append(ProcessMemory(identity, slot, handle.pid, resident, self.t()))
@@ -1681,7 +1690,15 @@ class Soak:
             "mode": "processes" if cfg.processes else "in-process",
             "processes": self.process_summaries(),
             "demotions": self.demotions,
-            "replica_malloc_env": image_malloc_env() if cfg.processes else {},
+            "replica_malloc_env": (
+                {
+                    k: v
+                    for k, v in {**image_malloc_env(), **cfg.replica_env}.items()
+                    if k.startswith("MALLOC_") and v
+                }
+                if cfg.processes
+                else {}
+            ),
             "replica_exits": self.exits,
             "counted_vs_truth": [
                 (round(t), round(c / truth, 4) if truth else None) for t, truth, c in self.ratios[::6]
@@ -1902,6 +1919,14 @@ def main(argv: list[str] | None = None) -> int:
         help="tracemalloc: traced memory by part at warm-up and end (with --in-process)",
     )
     parser.add_argument(
+        "--replica-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set in each replica process's environment (after the image's MALLOC_* settings; an empty value "
+        "unsets): e.g. --replica-env MALLOC_TRIM_THRESHOLD_= for glibc's default",
+    )
+    parser.add_argument(
         "--workdir",
         type=Path,
         help="Prometheus' data and the replicas' logs (default: a new temporary directory)",
@@ -1910,6 +1935,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = long_run_config(args.minutes, seed=args.seed, processes=not args.in_process)
     cfg.rate, cfg.max_jobs, cfg.trace_memory = args.rate, args.max_jobs, args.trace_memory
+    cfg.replica_env = dict(item.split("=", 1) for item in args.replica_env)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load = os.getloadavg()
     cfg.progress_every = 60.0
