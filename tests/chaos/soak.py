@@ -269,6 +269,8 @@ class Term:
     # term runs, those above the last watermark seen written (pruned as it moves); when it has ended, above
     # the one published when it ended. Those above the next term's floor may be counted twice.
     at_risk: list[tuple[int, Series]] = field(default_factory=list)
+    # The same events, with what names them: (rv, kind, uid, since), for ``at_risk_not_recounted``.
+    at_risk_edges: list[tuple[int, str, str, int]] = field(default_factory=list)
 
     @property
     def final_watermark(self) -> int | None:
@@ -276,17 +278,20 @@ class Term:
         values = [v for v in (self.floor, self.max_rv) if v is not None]
         return max(values) if values else None
 
-    def count(self, rv: int, series: Series) -> None:
+    def count(self, rv: int, series: Series, edge: tuple[str, str, int] | None = None) -> None:
         for name, key in series:
             by = self.counted.setdefault(name, {})
             by[key] = by.get(key, 0.0) + 1.0
         self.max_rv = rv if self.max_rv is None else max(self.max_rv, rv)
         self.at_risk.append((rv, series))
+        if edge is not None:
+            self.at_risk_edges.append((rv, *edge))
 
     def published(self, watermark: int) -> None:
         """The Lease carries ``watermark`` now: what this term counted at or below it is not at risk."""
-        if self.at_risk and self.at_risk[0][0] <= watermark:
+        if self.at_risk and min(rv for rv, _ in self.at_risk) <= watermark:
             self.at_risk = [(rv, s) for rv, s in self.at_risk if rv > watermark]
+            self.at_risk_edges = [e for e in self.at_risk_edges if e[0] > watermark]
 
 
 class Recorder:
@@ -301,6 +306,7 @@ class Recorder:
         self.open: dict[str, Term] = {}
         self.pending_how: dict[str, str] = {}
         self.outside_terms = 0  # count records of a replica that was not leading: a harness problem
+        self.times_counted: Counter[tuple[str, str]] = Counter()  # (kind, uid): by all terms together
 
     def rel(self, t: float) -> float:
         return round(t - self.t0, 3)
@@ -310,12 +316,16 @@ class Recorder:
         self.open[identity] = term
         self.terms.append(term)
 
-    def count(self, identity: str, rv: int, series: Series) -> None:
+    def count(self, identity: str, record: Record, series: Series) -> None:
         term = self.open.get(identity)
         if term is None:
             self.outside_terms += 1
             return
-        term.count(rv, series)
+        kind = record["kind"]
+        edge = (kind, record["uid"], record.get("since", 0)) if kind in ("created", "finished") else None
+        term.count(record["rv"], series, edge)
+        if edge is not None:
+            self.times_counted[(kind, record["uid"])] += 1
 
     def stop(self, identity: str, t: float, wall: float) -> None:
         """The term of ``identity`` ended at ``t`` (its ``term_stop``, or the kill of its process)."""
@@ -798,7 +808,7 @@ class Soak:
         kind = record["k"]
         if kind == "count":
             series = counter_series(record["inc"])
-            self.recorder.count(identity, record["rv"], series)
+            self.recorder.count(identity, record, series)
             self.doubles.count(identity, record, series)
             table = self.slot_counted.setdefault(slot, {})
             for name, key, amount in record["inc"]:
@@ -1528,6 +1538,7 @@ class Soak:
             )
 
         doubles = self.doubles.classify(ordered, relisted)
+        not_recounted: list[dict[str, Any]] = []
         for i, term in enumerate(ordered):
             if term.counted is not None:
                 _add_into(summed, term.counted)
@@ -1556,6 +1567,23 @@ class Soak:
                     "may_double_count": len(risky),
                 }
             )
+            # Edges the old term counted above the watermark it published that no leader counted again: if
+            # no scrape had shown them before it ended, PromQL never sees them (a lost edge's suspects).
+            for rv, kind, uid, since in prev.at_risk_edges if prev.how != "graceful" else ():
+                if self.recorder.times_counted[(kind, uid)] == 1:
+                    not_recounted.append(
+                        {
+                            "kind": kind,
+                            "uid": uid,
+                            "rv": rv,
+                            "since": since,
+                            "by": prev.identity,
+                            "how": prev.how,
+                            "stopped": prev.stopped,
+                            "published_at_stop": prev.published_at_stop,
+                            "next_floor": term.floor,
+                        }
+                    )
         # The second documented bound: an edge a follower's relist surfaced with a newer rv than the edge,
         # above the floor it took over from (verified per edge against that replica's relists).
         seen_late = [d for d in doubles if d["cause"] == "seen late with a newer rv"]
@@ -1714,6 +1742,8 @@ class Soak:
             "harness_problems": self.problems,
             "promql": promql,
             "promql_invariants": self.promql_invariants(ordered),
+            "at_risk_not_recounted": len(not_recounted),
+            "at_risk_not_recounted_examples": not_recounted[:50],
             "counts_outside_terms": self.recorder.outside_terms,
             "lease_writes": self.lease_writes,
             "lease_watermark_decreases": self.watermark_decreases,
@@ -1778,6 +1808,7 @@ def render_table(report: dict[str, Any]) -> str:
             f"double-count allowance {c['allowance_total']:g}, over allowance {c['over_allowance']:g}",
         )
     row("edges counted again, by cause", json.dumps(report["doubles_by_cause"]))
+    row("edges above a lost term's watermark, once", report["at_risk_not_recounted"])
     row("uncertain edges settled at the floor", json.dumps(report["uncertain_settled"]))
     p = report.get("promql") or {}
     if p.get("checked"):

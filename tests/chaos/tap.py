@@ -80,6 +80,7 @@ def install_tap(service: Service, emit: Emit) -> None:
                 "kind": event_kind(event),
                 "uid": str(event.uid),
                 "rv": event.rv,
+                "since": event.since,  # a relist found it: the rv its informer held before the gap
                 "inc": [
                     [name, list(key), amount]
                     for name, key, amount in event_increments(event)
