@@ -1567,10 +1567,12 @@ class Soak:
                     "may_double_count": len(risky),
                 }
             )
-            # Edges the old term counted above the watermark it published that no leader counted again: if
-            # no scrape had shown them before it ended, PromQL never sees them (a lost edge's suspects).
+            # Edges the old term counted above the watermark it published and above the next term's floor that
+            # no leader counted again: the next leader should have replayed them (its journal had them at a
+            # lower rv, or not at all). If no scrape had shown them before the old term ended, PromQL never
+            # sees them: the suspects of an edge PromQL lost while the leaders' own counts lost none.
             for rv, kind, uid, since in prev.at_risk_edges if prev.how != "graceful" else ():
-                if self.recorder.times_counted[(kind, uid)] == 1:
+                if rv > floor and self.recorder.times_counted[(kind, uid)] == 1:
                     not_recounted.append(
                         {
                             "kind": kind,
@@ -1808,7 +1810,7 @@ def render_table(report: dict[str, Any]) -> str:
             f"double-count allowance {c['allowance_total']:g}, over allowance {c['over_allowance']:g}",
         )
     row("edges counted again, by cause", json.dumps(report["doubles_by_cause"]))
-    row("edges above a lost term's watermark, once", report["at_risk_not_recounted"])
+    row("at-risk edges not replayed (suspects)", report["at_risk_not_recounted"])
     row("uncertain edges settled at the floor", json.dumps(report["uncertain_settled"]))
     p = report.get("promql") or {}
     if p.get("checked"):
