@@ -160,6 +160,13 @@ class ProcessMemory:
             blocks = slope_mb_per_minute([(t, a.get("python_blocks", 0)) for t, a in allocs])
             out["python_blocks_per_min"] = None if blocks is None else round(blocks * MB)
             out["python_blocks_first_end"] = [first.get("python_blocks"), last_alloc.get("python_blocks")]
+
+            def outside_heap(a: dict[str, int]) -> float:
+                # Anonymous memory that is not glibc's: pymalloc's arenas (Python objects up to 512 bytes),
+                # thread stacks, the interpreter's own mappings.
+                return round((a.get("RssAnon", 0) - a.get("heap", 0) - a.get("mmapped", 0)) / MB, 1)
+
+            out["anon_outside_heap_mb_first_end"] = [outside_heap(first), outside_heap(last_alloc)]
         if len(self.rss) > 1:
             # Every 10th reading, for the JSON report and the table.
             out["rss_mb_series"] = [(round(t), round(b / MB, 1)) for t, b in self.rss[::10]]
