@@ -874,7 +874,14 @@ class Soak:
             raw = {name: promql_visible.raw_series(prom, name, at, seconds) for name in MONOTONIC}
             return raw, len(promql_visible.born_above_zero(prom, at, seconds))
 
-        self.raw_series, born = await asyncio.to_thread(query)
+        if prom.http is not None:
+            # Every sample of a long run (about 150,000 a name an hour): more than the client's 10 s.
+            prom.http.timeout = httpx.Timeout(600.0)
+        try:
+            self.raw_series, born = await asyncio.to_thread(query)
+        except Exception as exc:  # the report must come out of an unattended run
+            self.problems.append(f"reading the stored series from Prometheus failed: {exc!r}"[:500])
+            return
         table = promql_visible.increments_of(self.raw_series, names=tuple(COUNTERS))
         self.promql = {"checked": True, "visible": table, "born_above_zero": born, "range_s": seconds}
 
