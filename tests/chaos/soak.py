@@ -52,6 +52,7 @@ import json
 import logging
 import os
 import random
+import resource as rlimit
 import statistics
 import sys
 import tempfile
@@ -583,6 +584,15 @@ class Visibility:
         return out, counts, uids
 
 
+def _raise_file_limit(wanted: int) -> None:
+    """The soft limit on open files up to ``wanted`` (at most the hard limit): a long run holds hundreds."""
+    soft, hard = rlimit.getrlimit(rlimit.RLIMIT_NOFILE)
+    if soft != rlimit.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == rlimit.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            rlimit.setrlimit(rlimit.RLIMIT_NOFILE, (target, hard))
+
+
 async def scrape(handle: ReplicaHandle) -> Samples:
     """One read of a replica's /metrics (a served render, as a scrape is)."""
     resp = await handle.http.get("/metrics")
@@ -743,7 +753,9 @@ class Soak:
         # Each replica instance is served over HTTP on its own slot (a Prometheus target with label
         # pod="slot-N"): a restarted replica is a new pod, as in a Deployment. Every slot's socket is bound
         # now and held until the end (tests/support/slots.py): no two targets can share a port.
-        slots = cfg.replicas + int(cfg.fault_seconds / 4) + 8
+        # A replica instance starts every ~16 s in process (kills and restarts), every ~21 s with processes.
+        slots = cfg.replicas + int(cfg.fault_seconds / 8) + 16
+        _raise_file_limit(slots + 1024)  # every slot's socket is held for the whole run
         self.slots = SlotSockets(slots)
         self.slot_of: dict[str, int] = {}  # identity -> the slot of its latest instance
         self.slot_seq = 0
