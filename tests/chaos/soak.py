@@ -1468,15 +1468,17 @@ class Soak:
                 at_term_starts += 1
                 continue
             went_down.append({"name": d.name, "labels": dict(d.labels), "from": [t1, v1], "to": [t2, v2]})
-        pods = sorted(
-            {str(series["metric"].get("pod")) for by in self.raw_series.values() for series in by},
-            key=lambda pod: (len(pod), pod),
-        )
+        by_pod: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for name, series_list in self.raw_series.items():
+            for series in series_list:
+                pod = str(series["metric"].get("pod"))
+                by_pod.setdefault(pod, {}).setdefault(name, []).append(series)
+        pods = sorted(by_pod, key=lambda pod: (len(pod), pod))
         over_counted: list[dict[str, Any]] = []
         for pod in pods:
             slot = int(pod.removeprefix("slot-")) if pod.removeprefix("slot-").isdigit() else -1
             counted = self.slot_counted.get(slot, {})
-            visible = promql_visible.increments_of(self.raw_series, MONOTONIC, target=("pod", pod))
+            visible = promql_visible.increments_of(by_pod[pod], MONOTONIC)
             for name, by_key in visible.items():
                 for key, value in by_key.items():
                     mine = counted.get(name, {}).get(key, 0.0)
