@@ -142,7 +142,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             what="a first scrape",
         )
         started = time.time()
-        before = fleet.start_generator(25.0)
+        before = fleet.start_generator(40.0, lifecycles=True)
         time.sleep(15.0)  # the workload's duration (scenario); settle() below waits for the outcome
         fleet.stop_generator()
         after = fleet.truth()
@@ -219,7 +219,7 @@ def fleet_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             what="the pending alert on the probe TrainJob",
         )
         started = time.time()
-        before = fleet.start_generator(15.0)
+        before = fleet.start_generator(25.0, lifecycles=True)
         time.sleep(4.0)  # a first term's workload (scenario pacing; the comparisons follow settle())
 
         # 1. Graceful hand-over (SIGTERM to the leader), its pod replaced.
