@@ -34,7 +34,7 @@ from aiohttp import web
 
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from kubesim.apiserver.http.kubeconfig import write_kubeconfig
-from kubesim.trainer import shapes
+from kubesim.trainer import controller, jobset
 from kubesim.trainer.cluster import trainer_store
 from kubesim.trainer.generator import WorkloadGenerator
 
@@ -78,22 +78,24 @@ def build_events(jobs: int, seed: int = 7) -> tuple[list[tuple[bytes, bytes]], l
         }
         ns, name = meta["namespace"], meta["name"]
         store.create(TRAINJOBS, ns, doc, field_manager="kubectl-client-side-apply", copy=False)
-        nodes = ("node",)
-        now = shapes.rfc3339(1.7e9)
+        now = controller.rfc3339(1.7e9)
+        complete = controller.condition(
+            controller.COMPLETE, "True", jobset.ALL_JOBS_COMPLETED, jobset.ALL_JOBS_COMPLETED_MESSAGE, now
+        )
         statuses: list[dict[str, Any]] = [
-            {"conditions": [], "jobsStatus": shapes.jobs_status(nodes, active=nodes)},
+            {"conditions": [], "jobsStatus": jobset.status_of({"node": jobset.STARTING})},
             {
                 "conditions": [],
-                "jobsStatus": shapes.jobs_status(nodes, active=nodes, ready=True),
+                "jobsStatus": jobset.status_of({"node": jobset.READY}),
                 "trainerStatus": {"progressPercentage": 40, "lastUpdatedTime": now},
             },
             {
-                "conditions": [shapes.complete_condition(now)],
-                "jobsStatus": shapes.jobs_status(nodes, succeeded=nodes),
+                "conditions": [complete],
+                "jobsStatus": jobset.status_of({"node": jobset.SUCCEEDED}),
             },
             {
-                "conditions": [shapes.complete_condition(now)],
-                "jobsStatus": shapes.jobs_status(nodes, succeeded=nodes),
+                "conditions": [complete],
+                "jobsStatus": jobset.status_of({"node": jobset.SUCCEEDED}),
                 "trainerStatus": {
                     "progressPercentage": 100,
                     "lastUpdatedTime": now,

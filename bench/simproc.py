@@ -27,9 +27,10 @@ from aiohttp import web
 
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from kubesim.apiserver.storage.store import Store
-from kubesim.trainer import shapes
+from kubesim.trainer import jobset
 from kubesim.trainer.cluster import SimulatedCluster, trainer_store
 from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.shapes_runtimes import API_VERSION
 
 PROBE_NS = "bench-probe"
 PROBE_NAME = "freshness-probe"
@@ -74,8 +75,8 @@ def clone_jobs(store: Store, copies: int) -> int:
 def _probe_status(running: bool) -> dict[str, Any]:
     return {
         "conditions": [],
-        # running = a child Job ready, not merely active (app/trainer/rules.py job_state)
-        "jobsStatus": shapes.jobs_status(("node",), active=("node",) if running else (), ready=running),
+        # running = a training-step child Job ready, not merely active (app/trainer/rules job_state)
+        "jobsStatus": jobset.status_of({"node": jobset.READY if running else jobset.CREATED}),
     }
 
 
@@ -96,7 +97,7 @@ async def serve(args: argparse.Namespace) -> None:
         TRAINJOBS,
         PROBE_NS,
         {
-            "apiVersion": shapes.API_VERSION,
+            "apiVersion": API_VERSION,
             "kind": "TrainJob",
             "metadata": {"name": PROBE_NAME, "namespace": PROBE_NS},
             "spec": {"runtimeRef": ref, "trainer": {"numNodes": 1}},

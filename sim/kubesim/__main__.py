@@ -9,7 +9,7 @@ import logging
 import signal
 
 from kubesim.trainer.cluster import SimulatedCluster
-from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.generator import DEFAULT_TIME_WARP, WorkloadGenerator
 
 log = logging.getLogger("kubesim")
 
@@ -23,6 +23,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=0, help="TrainJobs to create up front (and keep alive)")
     p.add_argument("--rate", type=float, default=0.0, help="generator steps per second after populating")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--time-warp",
+        type=float,
+        default=DEFAULT_TIME_WARP,
+        help="simulated seconds per second of the generator's clock (lifetimes, deadlines)",
+    )
     p.add_argument("--history-window", type=int, default=10_000)
     p.add_argument("--bookmark-interval", type=float, default=60.0)
     p.add_argument(
@@ -47,7 +53,9 @@ async def serve(args: argparse.Namespace) -> None:
         auto_namespaces=False,  # a standalone cluster answers any client as a real one: 404 for those
         namespaces=tuple(args.namespace),
     ) as sim:
-        generator = WorkloadGenerator(sim.store, seed=args.seed, max_jobs=max(args.jobs, 1))
+        generator = WorkloadGenerator(
+            sim.store, seed=args.seed, max_jobs=max(args.jobs, 1), time_warp=args.time_warp
+        )
         generator.load_runtimes()
         if args.jobs:
             generator.populate(args.jobs)

@@ -23,7 +23,7 @@ from app.config import Settings
 from app.main import create_app
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
-from kubesim.trainer.truth import TruthSnapshot
+from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.prom import SCRAPE_INTERVAL_SECONDS
 from tests.support.waiting import eventually
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from app.metrics import native
-from kubesim.trainer.truth import TruthSnapshot
+from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.prom import Prometheus, requires_prometheus, running_prometheus, wait_for
 
 from .inprocess import InProcessService

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubesim.trainer.truth import TruthSnapshot
+from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.markdown import promql_examples
 from tests.support.prom import (
     PROMETHEUS_ACCEPT,

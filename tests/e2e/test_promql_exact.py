@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from app.trainer.kinds import TRAINJOBS
-from kubesim.trainer.truth import TruthSnapshot
+from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.fleet import JOB, REPLICA_SETTINGS, Fleet, FleetPrometheus, Killed
 from tests.support.harness import trainjob_manifest
 from tests.support.prom import SCRAPE_INTERVAL_SECONDS, requires_prometheus, wait_for

@@ -1,12 +1,32 @@
 """The service's Trainer metrics equal the workload generator's ground truth, exactly.
 
-One replica (leader election on) watches a simulated cluster while ``WorkloadGenerator`` drives a few
-thousand TrainJob lifecycles through it (suspend, admit, run, preempt, finish with every failure reason,
-duplicate terminal writes, finalizers, deletion), with ``time_warp`` so that lifetimes spread over the
-minute-to-days buckets. The shapes include what the Trainer controller reads in ways a naive reader gets
-wrong: CPU-only resourcesPerNode on GPU runtimes (merged, the GPUs stay), MIG slices, TPUs, Gaudi, Neuron
-and two accelerator classes on one job, runtimes without an mlPolicy (their template's parallelism is the
-node count), pods active but not ready (pending, not running), and failure reasons upstream does not list.
+One replica (leader election on) watches a simulated cluster while ``WorkloadGenerator`` drives TrainJobs
+through it: first on purpose through every shape a real cluster's Trainer controller (v2.3.0), JobSet
+(v0.12.0) and Kueue write (tests/support/trainer_scenarios.py), then a few thousand random lifecycles and
+steps (suspend, admit, run, preempt, restart, finish with every failure reason, clean-up writes,
+finalizers, deletion), with ``time_warp`` so that lifetimes spread over the minute-to-days buckets and
+deadlines fall due within the run.
+
+Shapes covered, each checked by a census of the store's watch events (tests/support/trainer_shapes.py),
+which also fails the test on any write that breaks a controller rule:
+
+- initializers ready while they download, then done while the trainer's pods wait for capacity (pending,
+  not running: only the training step's ready Jobs make a job running);
+- DeadlineExceeded exactly at creation + activeDeadlineSeconds, at the last resume + it, and after a
+  preemption and a second admission (suspended jobs are not timed); never a shorter lifetime;
+- suspended JobSets (Suspended=True, child Jobs counted suspended), preemption after running, and a JobSet
+  restart taking a running job back to pending;
+- JobSet failures (FailedJobs, ReachedMaxRestarts, FailJobSetFailurePolicyAction) only with a failed child
+  Job, reasons no JobSet v0.12 writes copied by name or as "other";
+- managedBy MultiKueue: status copied whole from the worker, or none at all;
+- a runtime kind the controller has not registered: no status at all (v2.3.0 never stores
+  TrainingRuntimeNotSupported);
+- node counts as the controller runs them (MPI runLauncherAsNode with numNodes 1: 2 nodes; a runtime with
+  no trainer-labelled job ignores numNodes) and device resources only (Intel's millicores, memory.max,
+  tiles and *_monitoring never, nvidia.com/gpu.shared yes), beside CPU-only resourcesPerNode on GPU
+  runtimes (merged, the GPUs stay), MIG slices, TPUs, Gaudi, Neuron and two accelerator classes on one
+  job, runtimes without an mlPolicy (their template's parallelism is the node count).
+
 ``sim/kubesim/trainer/truth.py`` derives what the metrics should say from the objects written,
 independently of ``app/trainer``. The comparison window starts once the service has synced (jobs that
 existed before are the initial list: never counted created) and ends once every informer cache equals the
@@ -44,6 +64,8 @@ from tests.support.harness import (
     wait_caught_up,
     wait_leading,
 )
+from tests.support.trainer_scenarios import play_every_shape
+from tests.support.trainer_shapes import SHAPES, ShapeCensus
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +134,11 @@ async def test_metrics_equal_generator_ground_truth(
         before = gen.snapshot()
         assert not _nonzero(by_labels(before_samples, CREATED, "namespace"))
         assert not _nonzero(by_labels(before_samples, FINISHED, "result"))
+        census = ShapeCensus()
+        sim.store.subscribe(census.observe)
 
         started = time.monotonic()
+        await play_every_shape(gen, census)
         actions = await gen.run_lifecycles(LIFECYCLES, concurrency=16)
         for i in range(EXTRA_STEPS):
             gen.step()
@@ -140,6 +165,12 @@ async def test_metrics_equal_generator_ground_truth(
             caught_up,
         )
 
+        # Every shape a real cluster writes was written, and nothing a real cluster would not write.
+        census.finish()
+        log.info("shapes: %s", {shape: census.shapes[shape] for shape in SHAPES})
+        assert census.violations == []
+        assert [shape for shape in SHAPES if not census.shapes[shape]] == []
+
         # Counters, by their labels.
         created = after.created_since(before)
         finished = after.finished_since(before)
@@ -153,11 +184,12 @@ async def test_metrics_equal_generator_ground_truth(
             "DeadlineExceeded",
             "ReachedMaxRestarts",
             "FailJobSetFailurePolicyAction",
-            "TrainingRuntimeNotSupported",
             "PodFailurePolicyRuleMatched",  # well-formed reasons upstream does not list: by name
             "InPlaceRestartBudgetExhausted",
             "other",  # not CamelCase, or longer than 64 characters
         }
+        # kubeflow/trainer v2.3.0 never stores it (kubesim/trainer/controller.py): such a job stays silent.
+        assert "TrainingRuntimeNotSupported" not in {reason for _, reason, _ in finished}
 
         # The gauge: current TrainJobs by (namespace, runtime_ref, state), from the cache.
         assert _nonzero(by_labels(s, JOBS, "namespace", "runtime_ref", "state")) == dict(after.jobs)
@@ -212,6 +244,15 @@ async def test_metrics_equal_generator_ground_truth(
         assert any(len(q.accelerators) > 1 for q in requests)  # several classes on one job
         # a runtime without mlPolicy: its template's parallelism (4) when the job sets no numNodes
         assert any(q.runtime_ref.endswith("//sim-plain-tpu") and q.nodes == 4 for q in requests)
+        # MPI with runLauncherAsNode counts the launcher; a runtime without a trainer label ignores numNodes
+        # (the scenarios ask for 1 and 8 nodes)
+        assert any(q.runtime_ref.endswith("//deepspeed-distributed") and q.nodes == 2 for q in requests)
+        assert all(q.nodes == 2 for q in requests if q.runtime_ref.endswith("//sim-unlabelled-node"))
+        # devices only: the scenarios' Intel shares and monitoring handles count nothing, gpu.shared does
+        assert {"nvidia.com/gpu.shared", "gpu.intel.com/i915", "gpu.intel.com/xe"} <= classes
+        assert not {
+            c for c in classes if c.startswith("gpu.intel.com/") and c.split("/")[1] not in ("i915", "xe")
+        }
 
         # Lifetimes: one observation per finished job (both timestamps present for generated jobs).
         finished_jobs = after.terminal_since(before)

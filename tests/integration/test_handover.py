@@ -32,7 +32,7 @@ from app.handover.watermarks import WATERMARK_ANNOTATION
 from app.kube.microtime import parse_microtime
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
-from kubesim.trainer.truth import TruthSnapshot
+from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.harness import (
     FAST_TIMINGS,
     STEADY_TIMINGS,

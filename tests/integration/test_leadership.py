@@ -32,7 +32,7 @@ from kubesim.apiserver.core import LEASES
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.kinds import TRAINJOBS
-from kubesim.trainer.truth import TruthSnapshot
+from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.harness import (
     STEADY_TIMINGS,
     ExporterSampler,

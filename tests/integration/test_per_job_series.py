@@ -16,7 +16,8 @@ import pytest
 from app.trainer.kinds import TRAINJOBS
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
-from kubesim.trainer.truth import classify, parse_time, runtime_ref_of
+from kubesim.trainer.truth import Truth
+from kubesim.trainer.truth_rules import parse_time, runtime_ref_of
 from tests.support.harness import Replica, Samples, replica, wait_caught_up
 from tests.support.waiting import eventually
 
@@ -38,8 +39,9 @@ def workload_options() -> dict[str, Any]:
     return {"seed": 20_261_201, "namespaces": 3, "max_jobs": 60, "populate": 40}
 
 
-def expected_series(store: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every per-TrainJob sample the stored TrainJobs call for, read from their JSON."""
+def expected_series(store: Any, truth: Truth) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every per-TrainJob sample the stored TrainJobs call for, read from their JSON (the state by the
+    truth's reading, which knows each runtime's training step)."""
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
 
     def put(family: str, value: float, **labels: str) -> None:
@@ -49,7 +51,7 @@ def expected_series(store: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]],
         meta = obj["metadata"]
         job = {"namespace": meta["namespace"], "trainjob": meta["name"]}
         put("info", 1.0, **job, runtime_ref=runtime_ref_of(obj)[0])
-        put("status_state", 1.0, **job, state=classify(obj)[0])
+        put("status_state", 1.0, **job, state=truth.classify(obj)[0])
         created = parse_time(meta["creationTimestamp"])
         assert created is not None
         put("created_timestamp_seconds", created.timestamp(), **job)
@@ -110,7 +112,7 @@ async def test_leader_exports_per_trainjob_series_equal_to_the_store(
                 await asyncio.sleep(0)  # let the server stream the events
         await wait_caught_up(a, sim.store)
         await wait_caught_up(b, sim.store)
-        want = expected_series(sim.store)
+        want = expected_series(sim.store, workload.truth)
         # The run covered what the families are for: running jobs with progress, an ETA and a loss.
         names = {name for name, _ in want}
         assert {PREFIX + f for f in PER_JOB} <= names, sorted({PREFIX + f for f in PER_JOB} - names)

@@ -75,7 +75,11 @@ async def test_a_replica_started_while_a_job_was_preempted_counts_its_next_run_n
         a = await fleet.add(kubeconfig, "a")
         tap_edges(a.service, edges)
         await fleet.wait_leader()
-        rec = workload.create_job(suspended=True)
+        # A Kueue job the built-in controller runs, with no deadline to end it on the way.
+        ref = {"name": "torch-distributed"}
+        rec = workload.create_job(
+            suspended=True, runtime="torch-distributed", ref=ref, multikueue=False, deadline=None
+        )
         assert rec is not None
         uid = rec.uid
         workload.admit(rec)

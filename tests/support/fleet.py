@@ -35,7 +35,7 @@ from kubesim.apiserver.storage.table import WatchEvent
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.kinds import TRAINJOBS
-from kubesim.trainer.truth import TruthSnapshot
+from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.prom import Prometheus, free_port
 from tests.support.waiting import eventually
 

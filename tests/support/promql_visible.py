@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobStarted
-from kubesim.trainer.truth import TruthSnapshot
+from kubesim.trainer.truth_records import TruthSnapshot
 
 __all__ = [
     "COUNTED",

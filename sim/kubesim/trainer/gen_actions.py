@@ -1,6 +1,6 @@
-"""The TrainJob lifecycle transitions the workload generator can make: each public method is one logical
-event (a user, Kueue or the Trainer controller) made of one or two writes, with the status the controller
-would write (docs/design/trainer-domain.md §1-§2).
+"""What users and Kueue do to TrainJobs in the simulated cluster: create them (through the admission
+webhooks), admit and preempt them, annotate, delete and clean up; and the Trainer controller's immediate
+answer to each (its status writes come from ``controller.py`` through ``gen_cluster``).
 
 Split from ``sim/kubesim/trainer/generator.py``: what a transition writes is independent of when the drivers
 decide to make it. Every draw comes from the generator's ``rng`` in a fixed order, so a seed replays the same
@@ -9,191 +9,191 @@ writes; the state this layer reads is set up by ``WorkloadGenerator.__init__``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
-import random
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
 from kubesim.apiserver.status import StoreError
-from kubesim.trainer import shapes
-from kubesim.trainer.gen_adversarial import MAX_HUGE_JOBS, bend_shape, bend_status
-from kubesim.trainer.gen_population import DELETING, FINISHED, PENDING, RUNNING, SUSPENDED, JobRecord
-from kubesim.trainer.gen_writes import StoreWrites
+from kubesim.trainer import controller, jobset, kueue, shapes
+from kubesim.trainer.controller import TrainJob
+from kubesim.trainer.gen_adversarial import MAX_HUGE_JOBS, bend_shape
+from kubesim.trainer.gen_multikueue import MultiKueueEvents
+from kubesim.trainer.gen_population import DELETING, ORPHANED, PENDING, REMOTE, SUSPENDED, JobRecord
 from kubesim.trainer.kinds import TRAINJOBS
-from kubesim.trainer.shapes import JobShape, WeightedPicker
-from kubesim.trainer.truth import parse_time
+from kubesim.trainer.shapes import JobShape
+from kubesim.trainer.shapes_runtimes import RuntimeChoice
+from kubesim.trainer.truth_rules import parse_time
 
 # One logger for the whole generator, whichever module writes: tests and operators filter on this name.
 log = logging.getLogger("kubesim.trainer.generator")
 
 COMPLETE: Final = "Complete"
-COMPLETE_AND_FAILED: Final = "CompleteAndFailed"  # both True on one write: Failed must win
-NOT_SUPPORTED: Final = "TrainingRuntimeNotSupported"
-# Terminal outcomes of a running job: mostly success, the real failure reasons, rarely a reason upstream
-# does not list (well-formed ones keep their name, the others count as "other": shapes.FAILURE_MESSAGES)
-# and rarely Complete and Failed both True.
-OUTCOMES: Final = (
-    (COMPLETE, 70.0),
-    ("FailedJobs", 12.0),
-    ("DeadlineExceeded", 4.0),  # only for jobs with activeDeadlineSeconds; else FailedJobs
-    ("ReachedMaxRestarts", 5.0),
-    ("FailJobSetFailurePolicyAction", 3.0),
-    ("PodFailurePolicyRuleMatched", 1.0),
-    ("InPlaceRestartBudgetExhausted", 0.5),
-    ("evicted_by_descheduler", 0.5),
-    ("Preempted:HigherPriority", 0.5),
-    ("FailedJobsBecauseTheNodePoolWasScaledDownWhileTheTrainerPodsWereStillRunning", 0.5),
-    (COMPLETE_AND_FAILED, 2.0),
-)
-# Share of start() writes whose child Jobs are active but not ready: pods waiting for capacity (GPUs,
-# quota) or still starting. The job is pending until progress() reports its pods ready.
-WAITING_FOR_CAPACITY: Final = 0.5
-LAST_RFC3339_SECOND: Final = 253_402_300_799.0  # 9999-12-31T23:59:59Z: a big time_warp stays parseable
+FAILED: Final = "Failed"
+# Share of MultiKueue jobs a worker cluster admits: the others wait in the manager's queue until their user
+# deletes them, with no status at all (the manager's Trainer skips them).
+DISPATCH_RATIO: Final = 0.7
+EXPORT_ANNOTATION: Final = "sim.trainer-metrics.io/exported-to"
 
 
-class JobActions(StoreWrites):
-    """create_job, admit, preempt, start, progress, train, finish, duplicate_terminal, delete and
-    remove_finalizer, each on one ``JobRecord``."""
+class JobActions(MultiKueueEvents):
+    """create_job, admit, preempt, annotate, delete and remove_finalizer, each on one ``JobRecord``."""
 
-    rng: random.Random
-    clock: Callable[[], float]
     suspend_ratio: float
+    deadline_ratio: float
     finalizer_ratio: float
-    malformed_ratio: float
-    time_warp: float
-    _outcomes: WeightedPicker[str]
-    _failures: WeightedPicker[str]
     _salt: str
     _sequence: int
     _huge_jobs: int
 
-    def create_job(self, suspended: bool | None = None, *, allow_huge: bool = True) -> JobRecord | None:
-        """Create a TrainJob (``suspended``: Kueue-style queue label + spec.suspend; None = random).
-        A suspended job also gets the controller's Suspended=True status write. None when refused."""
+    def create_job(
+        self,
+        suspended: bool | None = None,
+        *,
+        allow_huge: bool = True,
+        runtime: str | None = None,
+        dispatch: bool | None = None,
+        **fields: Any,
+    ) -> JobRecord | None:
+        """A user creates a TrainJob (``suspended``: with a Kueue queue label, which Kueue's webhook turns
+        into ``spec.suspend: true``; None = random). ``runtime`` names the runtime to use and ``fields`` set
+        ``JobShape`` fields (``deadline``, ``num_nodes``, ``multikueue``, ``ref``, ...) instead of drawing
+        them.
+        ``dispatch``: whether MultiKueue will run a MultiKueue job on a worker (None = random). The Trainer
+        controller's first reconcile follows at once. None when the store refused it."""
         namespace = self.namespaces[int(self.rng.random() * len(self.namespaces))]
-        runtime = self.catalog.picker(namespace).pick(self.rng)
+        choice = (
+            self._runtime_named(runtime, namespace)
+            if runtime
+            else self.catalog.picker(namespace).pick(self.rng)
+        )
         name = shapes.job_name(self.rng, self._next_suffix())
         ratio = self.suspend_ratio if suspended is None else float(suspended)
-        shape = shapes.random_shape(self.rng, namespace, name, runtime, suspend_ratio=ratio)
+        shape = shapes.random_shape(
+            self.rng, namespace, name, choice, suspend_ratio=ratio, deadline_ratio=self.deadline_ratio
+        )
         shape.finalizer = self.rng.random() < self.finalizer_ratio
         malformed = self.malformed_ratio > 0 and self.rng.random() < self.malformed_ratio
         if malformed and bend_shape(
             self.rng, shape, huge_allowed=allow_huge and self._huge_jobs < MAX_HUGE_JOBS
         ):
             self._huge_jobs += 1
+        if fields:
+            shape = dataclasses.replace(shape, **fields)
+        if shape.multikueue and shape.queue is None:
+            shape.queue = shapes.QUEUE_NAMES[0]
+        drawn = self.rng.random() < DISPATCH_RATIO
+        dispatch = drawn if dispatch is None else dispatch
         stored = self._create_stored(shape)
         if stored is None:
             return None
         self.truth.job_created(stored, malformed=malformed)
         rec = self._remember(stored, shape)
-        if shape.queue is not None:
-            rec.conditions = [shapes.suspended_condition(self._now())]
-            self._write_status(rec, {"conditions": rec.conditions}, SUSPENDED)
+        self._first_reconcile(rec, stored, shape, dispatch)
         return rec
 
-    def admit(self, rec: JobRecord) -> None:
-        """Kueue admits: spec.suspend → false; the controller answers Suspended=False/Resumed."""
-        if self._patch(rec, {"spec": {"suspend": False}}) is None:
+    def _runtime_named(self, name: str, namespace: str) -> RuntimeChoice:
+        usable = [rt for rt in self.catalog.runtimes if rt.name == name and rt.namespace in ("", namespace)]
+        if not usable:
+            raise ValueError(f"no runtime {name!r} usable in namespace {namespace!r}")
+        return usable[0]
+
+    def _first_reconcile(
+        self, rec: JobRecord, stored: dict[str, Any], shape: JobShape, dispatch: bool
+    ) -> None:
+        """What the Trainer controller does with a new job (controller.py): skip it when another controller
+        manages it (MultiKueue runs it elsewhere, or never: ``dispatch``), write nothing for a runtime kind it
+        has not registered, only the Suspended condition for a runtime that does not exist (its JobSet cannot
+        be built); else build the JobSet and write the Suspended condition of a queued job."""
+        spec = stored.get("spec") or {}
+        plan = TrainJob(
+            rec.name,
+            rec.created_at,
+            shape.runtime.template,
+            self._no_pods(shape.runtime, shape.num_nodes),
+            suspend=spec.get("suspend") is True,
+            active_deadline=shape.deadline,
+        )
+        registered = controller.runtime_registered(spec.get("runtimeRef") or {})
+        exists = registered and self._runtime_exists(stored, shape.runtime)
+        if controller.managed_externally(spec):
+            # Kueue builds a job's PodSets from its runtime (kueue trainjob_controller.go getChildJobSet):
+            # without one it never admits the job, so MultiKueue never dispatches it.
+            rec.dispatch, rec.blueprint = dispatch and exists, plan
+            self.population.move(rec, REMOTE if rec.dispatch else ORPHANED)
             return
-        rec.conditions = [c for c in rec.conditions if c["type"] != "Suspended"]
-        rec.conditions.append(shapes.resumed_condition(self._now()))
-        status = {"conditions": rec.conditions, "jobsStatus": shapes.jobs_status(rec.runtime.replicated_jobs)}
-        self._write_status(rec, status, PENDING)
+        if not registered:
+            self.population.move(rec, ORPHANED)
+            return
+        if not exists:
+            if plan.suspend:
+                conditions = controller.with_suspended_condition([], True, controller.rfc3339(self._now(rec)))
+                self._write_status(rec, {"conditions": conditions}, ORPHANED)
+            self.population.move(rec, ORPHANED)
+            return
+        rec.job = plan
+        controller.reconcile(plan, self._now(rec))
+        if plan.conditions:
+            self._write_job(rec)
+        self._schedule_deadline(rec)
+
+    @staticmethod
+    def _no_pods(runtime: RuntimeChoice, num_nodes: int | None) -> frozenset[str]:
+        """The replicated job numNodes scales to 0 pods, if any (shapes_runtimes.runtime_choice): MPI with
+        runLauncherAsNode keeps at least one ``node`` (max(numNodes-1, 1))."""
+        if num_nodes != 0 or runtime.scaled_job is None or runtime.launcher_as_node:
+            return frozenset()
+        return frozenset({runtime.scaled_job})
+
+    def _runtime_exists(self, stored: dict[str, Any], runtime: RuntimeChoice) -> bool:
+        ref = (stored.get("spec") or {}).get("runtimeRef") or {}
+        return ref.get("name") == runtime.name and ref.get("kind") == runtime.kind
+
+    # -- Kueue -----------------------------------------------------------------------------------------
+    def queued(self, rec: JobRecord) -> None:
+        """A suspended job moves on: its JobSet's passes first (the Jobs created, or suspended, and then
+        counted suspended), then Kueue admits it."""
+        job = rec.job
+        if job is not None and job.jobset is not None and jobset.pass_due(job.jobset):
+            self._settle(rec)
+        else:
+            self.admit(rec)
+
+    def admit(self, rec: JobRecord) -> None:
+        """Kueue admits a queued job (kueue.admission_patches); the controller answers Suspended=False/Resumed
+        and resumes the JobSet, and the deadline counts from now."""
+        job = rec.job
+        if job is None or not job.suspend or controller.finished(job.conditions):
+            return
+        self._kueue_start(rec)
+        if rec.slot < 0:
+            return
+        job.suspend = False
+        self._settle(rec, jobset_pass=False)
+        self._schedule_deadline(rec)
 
     def preempt(self, rec: JobRecord) -> None:
-        """Kueue preempts: spec.suspend → true; the controller writes Suspended=True, child Jobs suspended."""
-        if self._patch(rec, {"spec": {"suspend": True}}) is None:
+        """Kueue preempts (or evicts) an admitted job (kueue.preemption_patches); the controller answers
+        Suspended=True and suspends the JobSet, whose Jobs are suspended on its next pass; the deadline
+        stops."""
+        if self._expire_if_due(rec):
             return
-        rec.conditions = [c for c in rec.conditions if c["type"] != "Suspended"]
-        rec.conditions.append(shapes.suspended_condition(self._now()))
-        jobs = shapes.jobs_status(rec.runtime.replicated_jobs, suspended=True)
-        rec.stage = 0
-        self._write_status(rec, {"conditions": rec.conditions, "jobsStatus": jobs}, SUSPENDED)
-
-    def start(self, rec: JobRecord, *, warm: bool = False) -> None:
-        """Child Jobs become active: the initializers first when the runtime has them, else the trainer;
-        their pods are ready (the job runs) or, WAITING_FOR_CAPACITY of the time, still pending. A trainer
-        that runs reports its trainerStatus; ``warm``: it has trained for a while (populate())."""
-        runtime = rec.runtime
-        initializing = rec.stage == 0 and bool(runtime.initializers)
-        rec.stage = 0 if initializing else 1
-        active = runtime.initializers if initializing else runtime.trainers
-        ready = self.rng.random() >= WAITING_FOR_CAPACITY
-        jobs = shapes.jobs_status(runtime.replicated_jobs, active=active, ready=ready)
-        status: dict[str, Any] = {"conditions": rec.conditions, "jobsStatus": jobs}
-        if ready and not initializing:
-            status["trainerStatus"] = self._trainer_status(rec, warm)
-        self._write_status(rec, self._maybe_bend_status(status), RUNNING)
-
-    def progress(self, rec: JobRecord) -> None:
-        """Child Jobs move on: the initializers finish and the trainer runs with its pods ready."""
-        runtime = rec.runtime
-        rec.stage = 1
-        jobs = shapes.jobs_status(
-            runtime.replicated_jobs, active=runtime.trainers, succeeded=runtime.initializers, ready=True
-        )
-        status = {
-            "conditions": rec.conditions,
-            "jobsStatus": jobs,
-            "trainerStatus": self._trainer_status(rec),
-        }
-        self._write_status(rec, self._maybe_bend_status(status), RUNNING)
-
-    def train(self, rec: JobRecord) -> None:
-        """The trainer reports (status.trainerStatus, KEP-2779): progress ticks, loss goes down, the ETA
-        follows. A job whose trainer is not running yet gets there first (progress())."""
-        if rec.training is None:
-            self.progress(rec)
+        job = rec.job
+        if job is None or not rec.queued or job.suspend or controller.finished(job.conditions):
             return
-        self._write_status(rec, {"trainerStatus": self._trainer_status(rec)}, RUNNING)
+        for patch in kueue.preemption_patches(controller.rfc3339(self._now(rec))):
+            if self._patch(rec, patch) is None:
+                return
+        job.suspend = True
+        self._settle(rec, jobset_pass=False)
+        self._schedule_deadline(rec)
 
-    def _trainer_status(self, rec: JobRecord, warm: bool = False) -> dict[str, Any]:
-        """The next trainerStatus of ``rec``'s trainer (its first when it has not reported yet)."""
-        if rec.training is None:
-            rec.training = shapes.TrainingRun.begin(self.rng, self.clock(), warm=warm)
-        else:
-            rec.training.advance(self.rng)
-        return rec.training.status(self.clock())
-
-    def finish(self, rec: JobRecord, outcome: str | None = None) -> None:
-        """Terminal status write. ``outcome`` is "Complete", "CompleteAndFailed" or a Failed reason;
-        None picks one (a job that never ran can only fail by deadline or an unsupported runtime)."""
-        outcome = outcome or self._pick_outcome(rec)
-        when = self._terminal_time(rec)
-        runtime = rec.runtime
-        jobs: list[dict[str, Any]] | None
-        if outcome == COMPLETE:
-            terminal = [shapes.complete_condition(when)]
-            jobs = shapes.jobs_status(runtime.replicated_jobs, succeeded=runtime.replicated_jobs)
-        elif outcome == NOT_SUPPORTED:
-            terminal = [shapes.failed_condition(outcome, when)]
-            jobs = None  # the controller never built a JobSet
-        else:
-            terminal = [
-                shapes.failed_condition("FailedJobs" if outcome == COMPLETE_AND_FAILED else outcome, when)
-            ]
-            if outcome == COMPLETE_AND_FAILED:
-                terminal.insert(0, shapes.complete_condition(when))
-            jobs = shapes.jobs_status(
-                runtime.replicated_jobs, succeeded=runtime.initializers, failed=runtime.trainers
-            )
-        rec.conditions = [c for c in rec.conditions if c["type"] not in ("Complete", "Failed")] + terminal
-        self._write_status(rec, {"conditions": rec.conditions, "jobsStatus": jobs}, FINISHED)
-
-    def duplicate_terminal(self, rec: JobRecord) -> None:
-        """The controller refreshes a finished job's status: same terminal condition, other fields change."""
-        status: dict[str, Any] = {"conditions": rec.conditions}
-        if self.rng.random() < 0.3:
-            status["jobsStatus"] = None  # JobSet gone (TTL): the conditions stay
-        metrics = [{"name": "loss", "value": f"{self.rng.random():.4f}"}]
-        status["trainerStatus"] = {
-            "progressPercentage": 100,
-            "lastUpdatedTime": self._now(),
-            "metrics": metrics,
-        }
-        self._write_status(rec, self._maybe_bend_status(status), FINISHED)
+    # -- users -----------------------------------------------------------------------------------------
+    def annotate(self, rec: JobRecord) -> None:
+        """A tool records where the finished job's results went: a metadata-only write (the status stays)."""
+        run_id = "".join(self.rng.choice("0123456789abcdef") for _ in range(12))
+        self._patch(rec, {"metadata": {"annotations": {EXPORT_ANNOTATION: f"mlflow://runs/{run_id}"}}})
 
     def delete(self, rec: JobRecord) -> None:
         """Delete; a job carrying our finalizer stays (deletionTimestamp set) until remove_finalizer()."""
@@ -222,6 +222,11 @@ class JobActions(StoreWrites):
             return
         self.truth.job_written(still)  # not deleted after all: keep the truth exact
 
+    def duplicate_terminal(self, rec: JobRecord) -> None:
+        """A write to a finished job: the JobSet's clean-up copied once more, else a tool's annotation."""
+        if not self.refresh(rec):
+            self.annotate(rec)
+
     # -- helpers of the transitions ------------------------------------------------------------------
     def _next_suffix(self) -> str:
         # The salt comes from the seeded rng: two generators sharing a store rarely pick the same names.
@@ -231,9 +236,10 @@ class JobActions(StoreWrites):
     def _create_stored(self, shape: JobShape) -> dict[str, Any] | None:
         """store.create, retrying a taken name with a fresh suffix and shrinking an annotation the
         store finds too large (a real apiserver caps annotations at 256 KiB in total)."""
+        when = controller.rfc3339(self.clock())
         for _ in range(3):
             try:
-                return self._create(TRAINJOBS, shape.namespace, shapes.trainjob(shape))
+                return self._create(TRAINJOBS, shape.namespace, shapes.trainjob(shape, when))
             except StoreError as exc:
                 if exc.code == 409:
                     shape.name = shapes.job_name(self.rng, self._next_suffix())
@@ -255,32 +261,11 @@ class JobActions(StoreWrites):
             uid=str(meta.get("uid", "")),
             runtime=shape.runtime,
             created_at=created.timestamp() if created else self.clock(),
-            deadline=shape.deadline is not None,
             phase=SUSPENDED if shape.queue is not None else PENDING,
+            queued=shape.queue is not None,
         )
         self.population.add(rec)
         return rec
-
-    def _pick_outcome(self, rec: JobRecord) -> str:
-        if rec.phase != RUNNING:
-            return "DeadlineExceeded" if rec.deadline else NOT_SUPPORTED
-        outcome = self._outcomes.pick(self.rng)
-        if outcome == "DeadlineExceeded" and not rec.deadline:
-            return "FailedJobs"
-        return outcome
-
-    def _now(self) -> str:
-        return shapes.rfc3339(self.clock())
-
-    def _terminal_time(self, rec: JobRecord) -> str:
-        elapsed = max(0.0, self.clock() - rec.created_at)
-        return shapes.rfc3339(min(rec.created_at + elapsed * self.time_warp, LAST_RFC3339_SECOND))
-
-    def _maybe_bend_status(self, status: dict[str, Any]) -> dict[str, Any]:
-        """Sometimes make a status write odd without changing what it means for the metrics."""
-        if self.malformed_ratio <= 0 or self.rng.random() >= self.malformed_ratio:
-            return status
-        return bend_status(self.rng, status, self._now)
 
 
 @functools.lru_cache(maxsize=256)

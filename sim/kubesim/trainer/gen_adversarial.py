@@ -12,9 +12,10 @@ import random
 from collections.abc import Callable
 from typing import Any, Final
 
-from kubesim.trainer import shapes
+from kubesim.trainer import controller, shapes
 from kubesim.trainer.kinds import TRAINER_GROUP
 from kubesim.trainer.shapes import JobShape
+from kubesim.trainer.shapes_runtimes import CLUSTER_KIND
 
 HUGE_ANNOTATION_BYTES: Final = 1_000_000
 MAX_HUGE_JOBS: Final = 4  # bound the memory adversarial mode can pin in the store
@@ -40,7 +41,7 @@ def bend_shape(rng: random.Random, shape: JobShape, *, huge_allowed: bool) -> bo
     elif roll < 0.75:
         # A runtime that does not exist; few distinct names, so it stays under the service's cap.
         missing = f"missing-runtime-{int(rng.random() * 3)}"
-        shape.ref = {"apiGroup": TRAINER_GROUP, "kind": shapes.CLUSTER_KIND, "name": missing}
+        shape.ref = {"apiGroup": TRAINER_GROUP, "kind": CLUSTER_KIND, "name": missing}
     else:
         shape.num_nodes = (256, 1024, 0)[int(rng.random() * 3)]
     return False
@@ -51,16 +52,22 @@ def bend_status(rng: random.Random, status: dict[str, Any], now: Callable[[], st
     conditions)."""
     conditions = list(status.get("conditions") or [])
     terminal = any(c.get("type") in ("Complete", "Failed") for c in conditions)
+    failed = next((c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"), None)
     roll = rng.random()
     if roll < 0.3:
         # Removed in Trainer #2621 but still on old objects; and a foreign domain-prefixed type.
         when = now()
-        conditions.append(shapes.condition("Created", "True", "JobsCreationSucceeded", "", when))
-        conditions.append(shapes.condition("example.com/Checkpointed", "True", "Saved", "ok", when))
+        conditions.append(controller.condition("Created", "True", "JobsCreationSucceeded", "", when))
+        conditions.append(controller.condition("example.com/Checkpointed", "True", "Saved", "ok", when))
+    elif roll < 0.4 and failed is not None and not any(c.get("type") == "Complete" for c in conditions):
+        # Complete and Failed both True, which no Trainer v2.3 writes (another writer might): Failed wins.
+        when = str(failed.get("lastTransitionTime"))
+        conditions.insert(0, controller.condition("Complete", "True", "AllJobsCompleted", "", when))
     elif roll < 0.5 and conditions:
         conditions.append(dict(conditions[-1]))  # an exact duplicate of a list-map key
     elif roll < 0.7 and not terminal:
-        conditions.append(shapes.condition("Failed", "Unknown", "Pending", "", now()))
-    elif not terminal:
-        return {**status, "conditions": None}  # no conditions at all (never on a finished job)
+        conditions.append(controller.condition("Failed", "Unknown", "Pending", "", now()))
+    elif not terminal and any(v is not None for k, v in status.items() if k != "conditions"):
+        # No conditions at all (never on a finished job; and a status must keep some field).
+        return {**status, "conditions": None}
     return {**status, "conditions": conditions}

@@ -12,15 +12,31 @@ import asyncio
 import gc
 import logging
 from collections.abc import Callable, Iterator
+from typing import Final
 
-from kubesim.trainer.gen_actions import COMPLETE, JobActions
-from kubesim.trainer.gen_population import COOLING, DELETING, FINISHED, PENDING, RUNNING, SUSPENDED, JobRecord
+from kubesim.trainer.gen_actions import COMPLETE, FAILED, JobActions
+from kubesim.trainer.gen_population import (
+    COOLING,
+    DELETING,
+    FINISHED,
+    ORPHANED,
+    PENDING,
+    REMOTE,
+    RUNNING,
+    SUSPENDED,
+    JobRecord,
+)
 from kubesim.trainer.shapes import WeightedPicker
 
 # One logger for the whole generator, whichever module writes: tests and operators filter on this name.
 log = logging.getLogger("kubesim.trainer.generator")
 
 Action = tuple[str, float, Callable[[], object]]
+# Per job and step, how readily a job of each phase moves on (relative weights): a queued job's JobSet and
+# Kueue take a few events, a pending one several (initializers, pods waiting for capacity, dependsOn), a
+# running one trains a long while (its ``finish`` is a share of this), a MultiKueue one goes through all
+# of that on its worker; nothing runs an orphaned one, whose user deletes it in the end.
+RATES: Final = {SUSPENDED: 0.3, PENDING: 0.6, RUNNING: 0.1, REMOTE: 0.4, ORPHANED: 0.02}
 
 
 class Drivers(JobActions):
@@ -36,6 +52,7 @@ class Drivers(JobActions):
         if not self.catalog:
             self.load_runtimes()
         self.steps += 1
+        self.expire_deadlines()  # the controller's requeued deadline checks come first
         actions = self._eligible_actions()
         if not actions:
             return "idle"
@@ -82,15 +99,19 @@ class Drivers(JobActions):
         live = len(population.jobs)
         active = live - count[FINISHED] - count[COOLING] - count[DELETING]
         pick = self._pick
+        # Each job moves on at its own pace: a phase's weight grows with the jobs in it (RATES), so the share
+        # of jobs in each phase follows how long a job stays there, not how many are queued behind it.
+        rate = {phase: RATES[phase] * count[phase] for phase in RATES}
         candidates: list[Action] = [
             ("create", 4.0 if live < self.max_jobs else 0.0, self.create_job),
-            ("admit", 2.0 * bool(count[SUSPENDED]), lambda: self.admit(pick(SUSPENDED))),
-            ("start", 3.0 * bool(count[PENDING]), lambda: self.start(pick(PENDING))),
-            ("progress", 1.5 * bool(count[RUNNING]), lambda: self.progress(pick(RUNNING))),
-            ("train", 3.0 * bool(count[RUNNING]), lambda: self.train(pick(RUNNING))),
-            ("finish", 3.0 * bool(count[RUNNING]), lambda: self.finish(pick(RUNNING))),
-            ("fail-pending", 0.2 * bool(count[PENDING]), lambda: self.finish(pick(PENDING))),
-            ("preempt", 0.2 * bool(count[RUNNING]), lambda: self.preempt(pick(RUNNING))),
+            # Kueue, the cluster and the trainer at work.
+            ("admit", rate[SUSPENDED], lambda: self.queued(pick(SUSPENDED))),
+            ("advance", rate[PENDING], lambda: self.advance(pick(PENDING))),
+            ("fail-pending", 0.003 * count[PENDING], lambda: self.fail(pick(PENDING))),
+            ("train", rate[RUNNING], lambda: self.train(pick(RUNNING))),
+            ("finish", 0.6 * rate[RUNNING], lambda: self.finish(pick(RUNNING))),
+            ("preempt", 0.004 * (count[RUNNING] + count[PENDING]), self._preempt_random),
+            ("remote", rate[REMOTE], lambda: self.remote_step(pick(REMOTE))),
             (
                 "duplicate-terminal",
                 0.5 * bool(count[FINISHED] or count[COOLING]),
@@ -99,6 +120,8 @@ class Drivers(JobActions):
             # Deletion keeps pace with finishing, so the population settles below max_jobs.
             ("delete", 6.0 * count[FINISHED] / max(live, 1), lambda: self.delete(pick(FINISHED))),
             ("cancel", 0.05 * bool(active), self._cancel_random_active),
+            # Jobs nothing will ever run: their users give up on them sooner or later.
+            ("give-up", rate[ORPHANED], lambda: self._cancel(pick(ORPHANED))),
             ("remove-finalizer", 2.0 * bool(count[DELETING]), lambda: self.remove_finalizer(pick(DELETING))),
         ]
         return [candidate for candidate in candidates if candidate[1] > 0]
@@ -106,11 +129,22 @@ class Drivers(JobActions):
     def _pick(self, phase: str) -> JobRecord:
         return self.population.pick(self.rng, phase)
 
-    def _cancel_random_active(self) -> None:
-        """A user deletes a job that has not finished (not one younger than ``min_delete_age``)."""
+    def _preempt_random(self) -> None:
+        """Kueue preempts an admitted job of its queues (a job without a queue label is not Kueue's)."""
         buckets = self.population.buckets
-        phases = [p for p in (SUSPENDED, PENDING, RUNNING) if buckets[p]]
+        phases = [p for p in (RUNNING, PENDING) if buckets[p]]
         rec = self._pick(phases[int(self.rng.random() * len(phases))])
+        if rec.queued:
+            self.preempt(rec)
+
+    def _cancel_random_active(self) -> None:
+        """A user deletes a job that has not finished."""
+        buckets = self.population.buckets
+        phases = [p for p in (SUSPENDED, PENDING, RUNNING, REMOTE, ORPHANED) if buckets[p]]
+        self._cancel(self._pick(phases[int(self.rng.random() * len(phases))]))
+
+    def _cancel(self, rec: JobRecord) -> None:
+        """Delete an unfinished job, unless it is younger than ``min_delete_age``."""
         min_delete_age = self.population.min_delete_age
         if min_delete_age and self.clock() - rec.created_at < min_delete_age:
             return
@@ -135,13 +169,16 @@ class Drivers(JobActions):
     def _populate_one(self) -> None:
         target = self._populate_targets.pick(self.rng)
         rec = self.create_job(suspended=target == SUSPENDED, allow_huge=False)
-        if rec is None or target in (SUSPENDED, PENDING):
+        if rec is None or rec.job is None:
             return
-        if target == RUNNING:
+        if target == SUSPENDED:
+            self.settle_suspended(rec)
+        elif target == PENDING:
+            self.start(rec, warm=self.rng.random() < 0.5, pending=True)
+        elif target == RUNNING:
             self.start(rec, warm=True)
         else:
-            rec.stage = 1  # it ran: a failure shows failed trainer Jobs
-            self.finish(rec, COMPLETE if target == COMPLETE else self._failures.pick(self.rng))
+            self.conclude(rec, COMPLETE if target == COMPLETE else FAILED)
 
     # -- complete lifecycles -----------------------------------------------------------------------
     def lifecycles(self, n: int, *, concurrency: int = 8, delete: bool = True) -> int:
@@ -184,18 +221,17 @@ class Drivers(JobActions):
         if rec is None:
             return
         yield None
-        if rec.phase == SUSPENDED:
-            self.admit(rec)
-            yield None
-        if self.rng.random() < 0.05:  # never ran: deadline or unsupported runtime while pending
-            self.finish(rec)
+        if rec.phase == ORPHANED:
+            for _ in range(int(self.rng.random() * 4)):
+                yield None  # its user waits a while for a status that never comes
+        elif rec.phase == REMOTE:
+            yield from self._remote_to_end(rec)
         else:
             yield from self._run_to_end(rec)
-        yield None
         if rec.phase in (FINISHED, COOLING) and self.rng.random() < 0.2:
             self.duplicate_terminal(rec)
             yield None
-        if delete and rec.phase in (FINISHED, COOLING):
+        if delete and rec.phase in (FINISHED, COOLING, ORPHANED, SUSPENDED, PENDING, RUNNING, REMOTE):
             self.delete(rec)
             yield None
         if rec.phase == DELETING:
@@ -203,16 +239,46 @@ class Drivers(JobActions):
             yield None
 
     def _run_to_end(self, rec: JobRecord) -> Iterator[None]:
-        self.start(rec)
-        if self.rng.random() < 0.05:  # preempted by Kueue, later readmitted
+        """Admission, the JobSet's way to training (with the odd failure before it), some training and
+        the end, or a preemption and another admission; deadlines may end it on the way. Bounded: a job
+        still going after that many actions is finished by its trainer."""
+        for _ in range(48):
+            self.expire_deadlines()
+            phase = rec.phase
+            if phase in (FINISHED, COOLING) or rec.slot < 0:
+                return
+            roll = self.rng.random()
+            if phase == SUSPENDED:
+                self.queued(rec)
+            elif phase == PENDING:
+                if roll < 0.03:
+                    self.fail(rec)
+                elif roll < 0.05 and rec.queued:
+                    self.preempt(rec)
+                else:
+                    self.advance(rec)
+            elif roll < 0.05 and rec.queued:
+                self.preempt(rec)
+            elif roll < 0.55:
+                self.train(rec)
+            else:
+                self.finish(rec)
             yield None
-            self.preempt(rec)
+        # Still going: its trainer completes, after what it has left to get there.
+        for _ in range(48):
+            if rec.phase in (FINISHED, COOLING) or rec.slot < 0:
+                return
+            if rec.phase == SUSPENDED:
+                self.queued(rec)
+            else:
+                self.finish(rec, COMPLETE)
             yield None
-            self.admit(rec)
+
+    def _remote_to_end(self, rec: JobRecord) -> Iterator[None]:
+        """MultiKueue: the worker runs the job, its status comes back (the same bound as _run_to_end)."""
+        for _ in range(96):
+            self.expire_deadlines()
+            if rec.phase != REMOTE or rec.slot < 0:
+                return
+            self.remote_step(rec)
             yield None
-            self.start(rec)
-        for _ in range(int(self.rng.random() * 3)):
-            yield None
-            self.progress(rec)
-        yield None
-        self.finish(rec)

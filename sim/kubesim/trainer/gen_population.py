@@ -11,18 +11,23 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 
-from kubesim.trainer.shapes import RuntimeChoice, TrainingRun
+from kubesim.trainer.controller import TrainJob
+from kubesim.trainer.shapes_runtimes import RuntimeChoice
+from kubesim.trainer.shapes_status import TrainingRun
 
-# Generator-side phases (the truth derives the metric states itself from the stored objects).
-SUSPENDED: Final = "suspended"
-PENDING: Final = "pending"
-RUNNING: Final = "running"
+# Generator-side phases: which transitions a job is ready for (the truth derives the metric states itself
+# from the stored objects).
+SUSPENDED: Final = "suspended"  # queued by Kueue, or preempted: waits for admission
+PENDING: Final = "pending"  # its JobSet moves towards training (initializers, pods waiting for capacity)
+RUNNING: Final = "running"  # a training-step child Job is ready
 FINISHED: Final = "finished"
 DELETING: Final = "deleting"  # deleted while our finalizer holds it
-PHASES: Final = (SUSPENDED, PENDING, RUNNING, FINISHED, DELETING)
+ORPHANED: Final = "orphaned"  # nothing will write its status: only its user may still delete it
+REMOTE: Final = "remote"  # MultiKueue runs it on a worker cluster; Kueue copies the worker's status here
+PHASES: Final = (SUSPENDED, PENDING, RUNNING, FINISHED, DELETING, ORPHANED, REMOTE)
 # Finished, but younger than ``min_delete_age``: terminal writes yes, deletion not yet (not in PHASES, so
 # the default generator, min_delete_age 0, never uses it).
 COOLING: Final = "cooling"
@@ -30,20 +35,32 @@ COOLING: Final = "cooling"
 
 @dataclass(slots=True, eq=False)
 class JobRecord:
-    """The generator's memory of one live TrainJob: enough to write its next status like the controller."""
+    """The generator's memory of one live TrainJob: enough to play its controllers."""
 
     namespace: str
     name: str
     uid: str
     runtime: RuntimeChoice
-    created_at: float
-    deadline: bool
+    created_at: float  # creationTimestamp (epoch seconds)
     phase: str = PENDING
-    conditions: list[dict[str, Any]] = field(default_factory=list)
-    stage: int = 0  # 0 = initializers running (if the runtime has any), 1 = trainer running
+    queued: bool = False  # Kueue manages it (queue label)
+    # The built-in controller's view of it; None when that controller never writes its status (managedBy
+    # MultiKueue, or a runtime kind it has not registered).
+    job: TrainJob | None = None
+    # MultiKueue: the copy on the worker cluster, which that cluster's Trainer controller runs; None until
+    # MultiKueue dispatches the job.
+    remote: TrainJob | None = None
+    dispatch: bool = False  # MultiKueue will dispatch it (else no worker ever admits it)
+    blueprint: TrainJob | None = None  # MultiKueue: what the worker's controller will run, before dispatch
     slot: int = -1  # index in its phase bucket
     finished_at: float = 0.0  # clock() of its first terminal write (for min_delete_age)
     training: TrainingRun | None = None  # what its trainer reports (trainerStatus), once it runs
+    deadline_token: int = 0  # bumped whenever its deadline may have moved (the deadline queue's entries)
+
+    @property
+    def controlled(self) -> TrainJob | None:
+        """The controller view whose status this job shows: the worker's copy under MultiKueue."""
+        return self.remote if self.remote is not None else self.job
 
 
 class PhaseBucket:

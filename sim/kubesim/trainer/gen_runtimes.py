@@ -11,9 +11,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kubesim.apiserver.resources import ResourceKind
-from kubesim.trainer import shapes
+from kubesim.trainer import shapes_runtimes
 from kubesim.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES
-from kubesim.trainer.shapes import RuntimeChoice, WeightedPicker
+from kubesim.trainer.shapes import WeightedPicker
+from kubesim.trainer.shapes_runtimes import RuntimeChoice
 
 RuntimeDocument = tuple[ResourceKind, str | None, dict[str, Any], float]  # resource, namespace, doc, weight
 
@@ -22,19 +23,21 @@ def runtime_documents(namespaces: Sequence[str], extra: int) -> Iterator[Runtime
     """The real ClusterTrainingRuntimes, two TrainingRuntimes per job namespace and ``extra`` synthetic
     runtimes (a quarter cluster-scoped, the rest spread over the namespaces) for benchmarks, in the
     order the generator creates them."""
-    for doc in shapes.cluster_runtimes():
+    for doc in shapes_runtimes.cluster_runtimes():
         yield CLUSTER_TRAINING_RUNTIMES, None, doc, 6.0
-    for doc in shapes.plain_runtimes():  # no mlPolicy: parallelism nodes, resourcesPerNode ignored
+    for doc in shapes_runtimes.plain_runtimes():  # no mlPolicy: parallelism nodes, resourcesPerNode ignored
         yield CLUSTER_TRAINING_RUNTIMES, None, doc, 3.0
+    for doc in shapes_runtimes.operator_runtimes():  # failure policy, no trainer label, MPI workers only
+        yield CLUSTER_TRAINING_RUNTIMES, None, doc, 4.0
     for namespace in namespaces:
-        for doc in shapes.namespaced_runtimes(namespace):
+        for doc in shapes_runtimes.namespaced_runtimes(namespace):
             yield TRAINING_RUNTIMES, namespace, doc, 4.0
     for index in range(extra):
         # A quarter cluster-scoped; synthetic runtimes share a small total weight, so jobs mostly
         # keep using the real ones.
         extra_ns = None if index % 4 == 0 else namespaces[index % len(namespaces)]
         resource = CLUSTER_TRAINING_RUNTIMES if extra_ns is None else TRAINING_RUNTIMES
-        yield resource, extra_ns, shapes.synthetic_runtime(index, extra_ns), 20.0 / extra
+        yield resource, extra_ns, shapes_runtimes.synthetic_runtime(index, extra_ns), 20.0 / extra
 
 
 class RuntimeCatalog:

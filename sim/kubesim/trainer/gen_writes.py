@@ -16,10 +16,10 @@ from kubesim.apiserver.resources import ResourceKind
 from kubesim.apiserver.schema.validation import WriteOptions
 from kubesim.apiserver.status import StoreError
 from kubesim.apiserver.storage.store import Store
-from kubesim.trainer import shapes
 from kubesim.trainer.gen_population import JobRecord, Population
 from kubesim.trainer.gen_runtimes import RuntimeCatalog, runtime_documents
 from kubesim.trainer.kinds import TRAINJOBS
+from kubesim.trainer.shapes_runtimes import runtime_choice
 from kubesim.trainer.truth import Truth
 
 # One logger for the whole generator, whichever module writes: tests and operators filter on this name.
@@ -91,7 +91,7 @@ class StoreWrites:
                 raise
             stored = self._get(resource, namespace, doc["metadata"]["name"])
         self.truth.runtime_written(stored)
-        self.catalog.adopt(shapes.runtime_choice(stored, weight))
+        self.catalog.adopt(runtime_choice(stored, weight))
 
     # -- TrainJob writes that feed the truth ---------------------------------------------------------
     def _write_status(self, rec: JobRecord, status: dict[str, Any], phase: str) -> None:
@@ -124,6 +124,7 @@ class StoreWrites:
 
     def _forget(self, rec: JobRecord) -> None:
         self.population.discard(rec)
+        rec.deadline_token += 1  # its queued deadline check, if any, finds nothing to do
         self.truth.job_deleted(rec.uid, self.store.resource_version)
 
     # -- the store, directly when it is the real one -------------------------------------------------

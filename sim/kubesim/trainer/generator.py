@@ -1,17 +1,20 @@
-"""Workload generator for the simulated cluster: creates runtimes and TrainJobs in a Store and drives the
-TrainJobs through suspend, admission, running, completion, failure and deletion with the status writes
-the Trainer controller makes (docs/design/trainer-domain.md §1-§2), while keeping an independent ground truth
-(``sim/kubesim/trainer/truth.py``) of what the exporter's metrics should report.
+"""Workload generator for the simulated cluster: creates runtimes and TrainJobs in a Store and plays everyone
+who writes to them in a real cluster: users, Kueue (and MultiKueue), the cluster's child Jobs, JobSet v0.12
+and the Trainer controller v2.3 (docs/design/trainer-domain.md §1-§2), while keeping an independent ground
+truth (``sim/kubesim/trainer/truth.py``) of what the exporter's metrics should report.
 
 Everything random comes from one ``random.Random(seed)``, so a seed replays the same sequence of writes
-against an empty store. Timestamps come from ``clock`` (wall time unless a test injects one).
+against an empty store given the same ``clock`` readings (deadlines are the one event that follows the
+clock: inject a clock to replay a run exactly). Timestamps come from ``clock`` (wall time unless a test
+injects one), stretched by ``time_warp`` per job.
 
 ``WorkloadGenerator`` stacks one layer per job, each in its own module: ``gen_writes`` (every write and the
-truth and bookkeeping that follow it), ``gen_actions`` (the lifecycle transitions), ``gen_drivers`` (when to
-make which transition; bulk populate); beside them ``gen_population`` (live job records by phase),
-``gen_runtimes`` (the runtime mix) and ``gen_adversarial`` (odd but valid writes). This module builds the
-state they share and re-exports their public names, so ``from kubesim.trainer.generator import ...`` keeps
-working.
+truth and bookkeeping that follow it), ``gen_cluster`` (the cluster and its controllers: child Jobs, JobSet,
+the Trainer, deadlines; what they write is ``jobset`` and ``controller``), ``gen_multikueue`` (a job run on
+a worker cluster, its status copied back; Kueue's admission, ``kueue``),
+``gen_actions`` (users and Kueue), ``gen_drivers`` (when to make which transition; bulk populate); beside
+them ``gen_population`` (live job records by phase), ``gen_runtimes`` (the runtime mix) and
+``gen_adversarial`` (odd but valid writes).
 """
 
 from __future__ import annotations
@@ -19,60 +22,25 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from typing import Final
 
 from kubesim.apiserver.storage.store import Store
 from kubesim.trainer import shapes
-from kubesim.trainer.gen_actions import (
-    COMPLETE,
-    COMPLETE_AND_FAILED,
-    LAST_RFC3339_SECOND,
-    NOT_SUPPORTED,
-    OUTCOMES,
-    WAITING_FOR_CAPACITY,
-)
-from kubesim.trainer.gen_adversarial import HUGE_ANNOTATION_BYTES, MAX_HUGE_JOBS
-from kubesim.trainer.gen_drivers import Action, Drivers
-from kubesim.trainer.gen_population import (
-    COOLING,
-    DELETING,
-    FINISHED,
-    PENDING,
-    PHASES,
-    RUNNING,
-    SUSPENDED,
-    JobRecord,
-    PhaseBucket,
-    Population,
-)
+from kubesim.trainer.gen_actions import COMPLETE, FAILED
+from kubesim.trainer.gen_drivers import Drivers
+from kubesim.trainer.gen_population import PENDING, RUNNING, SUSPENDED, JobRecord, PhaseBucket, Population
 from kubesim.trainer.gen_runtimes import RuntimeCatalog
-from kubesim.trainer.gen_writes import GENERATOR_WRITES, StoreLike
+from kubesim.trainer.gen_writes import StoreLike
 from kubesim.trainer.kinds import TRAINJOBS
-from kubesim.trainer.shapes import RuntimeChoice, WeightedPicker
-from kubesim.trainer.truth import Truth, TruthSnapshot
+from kubesim.trainer.shapes import WeightedPicker
+from kubesim.trainer.shapes_runtimes import RuntimeChoice
+from kubesim.trainer.truth import Truth
+from kubesim.trainer.truth_records import TruthSnapshot
 
-__all__ = [
-    "COMPLETE",
-    "COMPLETE_AND_FAILED",
-    "COOLING",
-    "DELETING",
-    "FINISHED",
-    "GENERATOR_WRITES",
-    "HUGE_ANNOTATION_BYTES",
-    "LAST_RFC3339_SECOND",
-    "MAX_HUGE_JOBS",
-    "NOT_SUPPORTED",
-    "OUTCOMES",
-    "PENDING",
-    "PHASES",
-    "RUNNING",
-    "SUSPENDED",
-    "WAITING_FOR_CAPACITY",
-    "Action",
-    "JobRecord",
-    "PhaseBucket",
-    "StoreLike",
-    "WorkloadGenerator",
-]
+# One second of the generator's clock is a simulated minute: a demo's jobs live minutes to hours and their
+# activeDeadlineSeconds (10 minutes to 2 days) can fall due, as on a real cluster. Tests that need other
+# spans pass their own.
+DEFAULT_TIME_WARP: Final = 60.0
 
 
 class WorkloadGenerator(Drivers):
@@ -86,15 +54,19 @@ class WorkloadGenerator(Drivers):
         namespaces: int = 5,
         max_jobs: int = 1000,
         suspend_ratio: float = 0.2,
+        deadline_ratio: float = shapes.DEADLINE_RATIO,
         finalizer_ratio: float = 0.15,
         malformed_ratio: float = 0.0,
-        time_warp: float = 1.0,
+        time_warp: float = DEFAULT_TIME_WARP,
         clock: Callable[[], float] = time.time,
         min_delete_age: float = 0.0,
     ) -> None:
-        """``max_jobs`` bounds the live population step() keeps; ``time_warp`` stretches lifetimes
-        (terminal lastTransitionTime = creation + elapsed * warp) so a short run fills minute-to-day
-        histogram buckets; ``malformed_ratio`` is the share of creates and status writes made odd.
+        """``max_jobs`` bounds the live population step() keeps; ``time_warp`` stretches time as the
+        cluster's controllers see it (a job's condition times are its creation + elapsed * warp, and its
+        deadline falls due after activeDeadlineSeconds / warp of ``clock``), so a short run fills
+        minute-to-day histogram buckets; ``suspend_ratio`` / ``deadline_ratio`` are the shares of jobs
+        created with a Kueue queue / an activeDeadlineSeconds; ``malformed_ratio`` is the share of creates
+        and status writes made odd.
 
         ``min_delete_age`` (seconds of ``clock``): step() deletes a finished TrainJob only once it has been
         finished that long, and cancels (deletes) an unfinished one only once it exists that long, as on a
@@ -108,6 +80,7 @@ class WorkloadGenerator(Drivers):
         self.namespaces = shapes.namespace_names(max(1, namespaces))
         self.max_jobs = max_jobs
         self.suspend_ratio = suspend_ratio
+        self.deadline_ratio = deadline_ratio
         self.finalizer_ratio = finalizer_ratio
         self.malformed_ratio = malformed_ratio
         self.time_warp = time_warp
@@ -119,11 +92,10 @@ class WorkloadGenerator(Drivers):
         self.jobs: dict[str, JobRecord] = self.population.jobs  # uid -> live record
         self.buckets: dict[str, PhaseBucket] = self.population.buckets
         self.steps = 0
-        self._outcomes = WeightedPicker([o for o, _ in OUTCOMES], [w for _, w in OUTCOMES])
-        failures = [(o, w) for o, w in OUTCOMES if o != COMPLETE]
-        self._failures = WeightedPicker([o for o, _ in failures], [w for _, w in failures])
+        self._deadlines: list[tuple[float, int, int, JobRecord]] = []  # the controller's requeued checks
+        self._deadline_seq = 0
         self._populate_targets = WeightedPicker(
-            [SUSPENDED, PENDING, RUNNING, COMPLETE, "failed"], [8.0, 12.0, 25.0, 45.0, 10.0]
+            [SUSPENDED, PENDING, RUNNING, COMPLETE, FAILED], [8.0, 12.0, 25.0, 45.0, 10.0]
         )
         self._salt = "".join(self.rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3))
         self._sequence = 0

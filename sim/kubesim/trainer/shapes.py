@@ -1,11 +1,9 @@
-"""Realistic Trainer object shapes for the workload generator: runtimes from the vendored manifests,
-TrainJob specs seeded from the upstream examples, and the status blocks the Trainer controller writes.
+"""Realistic TrainJob specs for the workload generator, seeded from the upstream examples: which runtime,
+how many nodes, which resources, whether Kueue queues it (and MultiKueue runs it elsewhere), a deadline.
 
 Builders return fresh, small dicts (no deep copies of big templates): populate() builds 100k TrainJobs
-and the store keeps whatever it is given.
-
-Runtimes live in ``shapes_runtimes`` and status blocks in ``shapes_status``; this module builds TrainJob
-specs and re-exports the other two, so ``shapes.X`` keeps working for every caller.
+and the store keeps whatever it is given. Runtimes are in ``shapes_runtimes``, status blocks in
+``shapes_status``, Kueue's part of a spec in ``kueue``.
 """
 
 from __future__ import annotations
@@ -18,83 +16,10 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Final, Generic, TypeVar
 
+from kubesim.trainer import kueue
 from kubesim.trainer.kinds import TRAINER_GROUP
-from kubesim.trainer.shapes_runtimes import (
-    ANCESTOR_LABEL,
-    API_VERSION,
-    CLUSTER_KIND,
-    FRAMEWORK_LABEL,
-    IMAGES,
-    NAMESPACED_KIND,
-    RuntimeChoice,
-    cluster_runtimes,
-    namespaced_runtimes,
-    plain_runtimes,
-    runtime_choice,
-    synthetic_runtime,
-)
-from kubesim.trainer.shapes_status import (
-    COMPLETE_MESSAGE,
-    COMPLETE_REASON,
-    FAILURE_MESSAGES,
-    RESUMED_MESSAGE,
-    SUSPENDED_MESSAGE,
-    TrainingRun,
-    complete_condition,
-    condition,
-    failed_condition,
-    jobs_status,
-    resumed_condition,
-    rfc3339,
-    suspended_condition,
-)
+from kubesim.trainer.shapes_runtimes import API_VERSION, CLUSTER_KIND, NAMESPACED_KIND, RuntimeChoice
 
-__all__ = [
-    "ANCESTOR_LABEL",
-    "API_VERSION",
-    "CLUSTER_KIND",
-    "COMPLETE_MESSAGE",
-    "COMPLETE_REASON",
-    "FAILURE_MESSAGES",
-    "FRAMEWORK_LABEL",
-    "HUGE_ANNOTATION",
-    "IMAGES",
-    "JOB_NAME_BASES",
-    "LONG_NAME_BASE",
-    "NAMESPACED_KIND",
-    "NAMESPACE_NAMES",
-    "OTHER_ACCELERATORS",
-    "QUEUE_LABEL",
-    "QUEUE_NAMES",
-    "RESUMED_MESSAGE",
-    "SIM_FINALIZER",
-    "SUSPENDED_MESSAGE",
-    "JobShape",
-    "RuntimeChoice",
-    "TrainingRun",
-    "WeightedPicker",
-    "cluster_runtimes",
-    "complete_condition",
-    "condition",
-    "failed_condition",
-    "job_name",
-    "jobs_status",
-    "namespace_names",
-    "namespaced_runtimes",
-    "num_nodes",
-    "plain_runtimes",
-    "random_shape",
-    "resources_per_node",
-    "resumed_condition",
-    "rfc3339",
-    "runtime_choice",
-    "runtime_ref",
-    "suspended_condition",
-    "synthetic_runtime",
-    "trainjob",
-]
-
-QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 SIM_FINALIZER: Final = "sim.trainer-metrics.io/artifact-export"
 NAMESPACE_NAMES: Final = ("default", "ml-research", "team-vision", "team-nlp", "kueue-tenant-a", "recsys")
 JOB_NAME_BASES: Final = (
@@ -169,20 +94,40 @@ def runtime_ref(rng: random.Random, runtime: RuntimeChoice) -> dict[str, Any]:
     return {"apiGroup": TRAINER_GROUP, "kind": runtime.kind, "name": runtime.name}
 
 
-def num_nodes(rng: random.Random) -> int | None:
-    """Absent a quarter of the time, rarely 0 (legal, stays 0), else 1..16 with powers of two favoured."""
+# References to a runtime kind the controller has not registered, as people get them wrong: a plural kind,
+# the Training Operator v1 group. The validating webhook refuses them (kubeflow/trainer v2.3.0
+# pkg/webhooks/trainjob_webhook.go ValidateCreate: "unsupported runtime"); one reaches the store only while
+# the webhook is bypassed (its configuration being reinstalled, say): the generator makes them rare.
+UNREGISTERED_REFS: Final[tuple[dict[str, str], ...]] = (
+    {"apiGroup": TRAINER_GROUP, "kind": "ClusterTrainingRuntimes"},
+    {"apiGroup": "kubeflow.org", "kind": CLUSTER_KIND},
+)
+
+
+def unregistered_ref(rng: random.Random, runtime: RuntimeChoice) -> dict[str, Any]:
+    return {**UNREGISTERED_REFS[int(rng.random() * len(UNREGISTERED_REFS))], "name": runtime.name}
+
+
+def num_nodes(rng: random.Random, max_nodes: int | None = None) -> int | None:
+    """Absent a quarter of the time, rarely 0 (legal, stays 0), else 1..16 with powers of two favoured;
+    never above ``max_nodes`` (what the runtime's webhook accepts)."""
     roll = rng.random()
     if roll < 0.25:
         return None
     if roll < 0.28:
-        return 0
-    if roll < 0.85:
-        return (1, 2, 4, 8, 16)[int(rng.random() * 5)]
-    return 1 + int(rng.random() * 16)
+        count = 0
+    elif roll < 0.85:
+        count = (1, 2, 4, 8, 16)[int(rng.random() * 5)]
+    else:
+        count = 1 + int(rng.random() * 16)
+    return count if max_nodes is None else min(count, max_nodes)
 
 
-# Accelerator requests beyond plain GPUs (docs/design/product.md §3): MIG slices, TPUs, Gaudi, Neuron, and
-# two classes on one node; plus a name that contains "gpu" but is not an accelerator by default.
+# Accelerator requests beyond plain GPUs (docs/design/product.md §3): MIG slices, TPUs, Gaudi, Neuron, two
+# classes on one node, NVIDIA's time-sliced GPUs renamed to gpu.shared; Intel GPUs with the resources
+# Intel's device plugin advertises beside its devices (millicores, memory.max, tiles: shares and sizes, not
+# devices; i915_monitoring / xe_monitoring: a monitoring pod's handle on every GPU), which never count; and
+# a name that contains "gpu" without being a device.
 OTHER_ACCELERATORS: Final[tuple[dict[str, Any], ...]] = (
     {"limits": {"nvidia.com/mig-1g.10gb": 2}},
     {"requests": {"nvidia.com/mig-3g.40gb": "1", "cpu": "4"}, "limits": {"nvidia.com/mig-3g.40gb": "1"}},
@@ -192,6 +137,11 @@ OTHER_ACCELERATORS: Final[tuple[dict[str, Any], ...]] = (
     {"limits": {"nvidia.com/gpu": 1, "nvidia.com/mig-2g.20gb": 2}},
     {"limits": {"gpu.intel.com/i915": 1}},
     {"requests": {"cpu": "2", "example.com/gpu-memory": "16"}},
+    {"limits": {"nvidia.com/gpu.shared": 1}},
+    {"limits": {"gpu.intel.com/i915": 1, "gpu.intel.com/millicores": 500, "gpu.intel.com/memory.max": "8G"}},
+    {"limits": {"gpu.intel.com/xe": 2, "gpu.intel.com/tiles": 2}},
+    {"limits": {"gpu.intel.com/millicores": "250", "gpu.intel.com/memory.max": "4Gi"}},
+    {"limits": {"gpu.intel.com/i915_monitoring": 1, "gpu.intel.com/xe_monitoring": 1}},
 )
 
 
@@ -210,16 +160,24 @@ def resources_per_node(rng: random.Random, runtime_has_gpu: bool) -> dict[str, A
         return {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}
     if roll < 0.52 and runtime_has_gpu:
         return {"requests": {"nvidia.com/gpu": 0}, "limits": {"nvidia.com/gpu": 0}}
-    if roll < 0.72:
+    if roll < 0.70:
         return {
             "requests": {"cpu": "8", "memory": "64Gi", gpu_name: gpus},
             "limits": {"memory": "64Gi", gpu_name: gpus},
         }
-    if roll < 0.78:
+    if roll < 0.76:
         return {"requests": {"cpu": "8"}, "limits": {gpu_name: gpus}}
-    if roll < 0.86:
+    if roll < 0.82:
         return {"limits": {gpu_name: gpus}}
     return copy.deepcopy(OTHER_ACCELERATORS[int(rng.random() * len(OTHER_ACCELERATORS))])
+
+
+# activeDeadlineSeconds people set, as a safety net above the run they expect: half an hour to two days.
+DEADLINES: Final = (1800, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 172_800)
+DEADLINE_RATIO: Final = 0.1
+# Kueue-queued jobs whose ClusterQueue dispatches them through MultiKueue (managedBy defaulted by Kueue).
+MULTIKUEUE_RATIO: Final = 0.1
+UNREGISTERED_RATIO: Final = 0.003
 
 
 @dataclass(slots=True)
@@ -232,28 +190,40 @@ class JobShape:
     ref: dict[str, Any]
     num_nodes: int | None
     resources: dict[str, Any] | None
-    queue: str | None  # Kueue queue label; implies spec.suspend true
-    deadline: int | None
+    queue: str | None  # Kueue queue label: Kueue's webhook suspends it
+    deadline: int | None  # spec.activeDeadlineSeconds
+    multikueue: bool = False  # Kueue defaulted managedBy to MultiKueue (implies a queue)
     finalizer: bool = False
     annotations: dict[str, str] | None = None
 
 
 def random_shape(
-    rng: random.Random, namespace: str, name: str, runtime: RuntimeChoice, *, suspend_ratio: float
+    rng: random.Random,
+    namespace: str,
+    name: str,
+    runtime: RuntimeChoice,
+    *,
+    suspend_ratio: float,
+    deadline_ratio: float = DEADLINE_RATIO,
 ) -> JobShape:
+    queue = QUEUE_NAMES[int(rng.random() * len(QUEUE_NAMES))] if rng.random() < suspend_ratio else None
+    deadline = DEADLINES[int(rng.random() * len(DEADLINES))] if rng.random() < deadline_ratio else None
+    ref = unregistered_ref(rng, runtime) if rng.random() < UNREGISTERED_RATIO else runtime_ref(rng, runtime)
     return JobShape(
         namespace=namespace,
         name=name,
         runtime=runtime,
-        ref=runtime_ref(rng, runtime),
-        num_nodes=num_nodes(rng),
+        ref=ref,
+        num_nodes=num_nodes(rng, runtime.max_nodes),
         resources=resources_per_node(rng, runtime.has_gpu),
-        queue=QUEUE_NAMES[int(rng.random() * len(QUEUE_NAMES))] if rng.random() < suspend_ratio else None,
-        deadline=(3600, 7200, 86400)[int(rng.random() * 3)] if rng.random() < 0.2 else None,
+        queue=queue,
+        deadline=deadline,
+        multikueue=queue is not None and rng.random() < MULTIKUEUE_RATIO,
     )
 
 
-def trainjob(shape: JobShape) -> dict[str, Any]:
+def trainjob(shape: JobShape, when: str) -> dict[str, Any]:
+    """The TrainJob as the API server stores it after the admission webhooks (``when``: the time they ran)."""
     trainer: dict[str, Any] = {"command": ["torchrun", "train.py"]}
     if shape.num_nodes is not None:
         trainer["numNodes"] = shape.num_nodes
@@ -262,14 +232,19 @@ def trainjob(shape: JobShape) -> dict[str, Any]:
     spec: dict[str, Any] = {"runtimeRef": shape.ref, "trainer": trainer}
     metadata: dict[str, Any] = {"name": shape.name, "namespace": shape.namespace}
     if shape.queue is not None:
-        metadata["labels"] = {QUEUE_LABEL: shape.queue}
-        spec["suspend"] = True
+        metadata["labels"] = {kueue.QUEUE_LABEL: shape.queue}
+        kueue.queued_spec(spec, when=when, multikueue=shape.multikueue)
     if shape.deadline is not None:
         spec["activeDeadlineSeconds"] = shape.deadline
     if shape.finalizer:
         metadata["finalizers"] = [SIM_FINALIZER]
     if shape.annotations:
         metadata["annotations"] = shape.annotations
-    if shape.runtime.initializers:
-        spec["initializer"] = {"dataset": {"storageUri": "hf://tatsu-lab/alpaca"}}
+    initializer: dict[str, Any] = {}
+    if "dataset-initializer" in shape.runtime.initializers:
+        initializer["dataset"] = {"storageUri": "hf://tatsu-lab/alpaca"}
+    if "model-initializer" in shape.runtime.initializers:
+        initializer["model"] = {"storageUri": "hf://meta-llama/Llama-3.2-1B-Instruct"}
+    if initializer:
+        spec["initializer"] = initializer
     return {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": spec}

@@ -1,6 +1,7 @@
-"""The status blocks the Trainer controller writes (docs/design/trainer-domain.md §1-§2): conditions
-with the controller's reasons and messages, ``jobsStatus``, and the trainer's own ``trainerStatus``
-progress reports (KEP-2779).
+"""The trainer's own progress reports, ``status.trainerStatus`` (KEP-2779: alpha, feature gate
+TrainJobStatus): the trainer pods post them to the controller's status server, which writes them into the
+TrainJob (kubeflow/trainer v2.3.0 pkg/runtime/framework/plugins/trainjobstatus). What the controller itself
+writes (conditions, jobsStatus) is ``controller.py``.
 
 Split from ``sim/kubesim/trainer/shapes.py``: what a status write contains is independent of how a TrainJob's
 spec is chosen.
@@ -9,89 +10,10 @@ spec is chosen.
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-# Controller messages (trainer pkg/constants, jobset pkg/constants) so status looks like a real cluster's.
-SUSPENDED_MESSAGE: Final = "TrainJob is suspended"
-RESUMED_MESSAGE: Final = "TrainJob is resumed"
-COMPLETE_REASON: Final = "AllJobsCompleted"
-COMPLETE_MESSAGE: Final = "jobset completed successfully"
-FAILURE_MESSAGES: Final = {
-    "FailedJobs": "jobset failed due to one or more job failures",
-    "DeadlineExceeded": "TrainJob exceeded its active deadline",
-    "ReachedMaxRestarts": "jobset failed due to reaching max number of restarts",
-    "FailJobSetFailurePolicyAction": "jobset failed due to applying failure policy rule: FailJobSet",
-    "TrainingRuntimeNotSupported": "Specified runtime is not supported",
-    # Not Trainer v2.3 or JobSet v0.12 reasons, as a newer release (or another controller) could write: the
-    # well-formed ones (CamelCase, <= 64 characters) are label values by name, the rest count as "other".
-    # All match the CRD's condition-reason pattern, so the API server stores them.
-    "PodFailurePolicyRuleMatched": "pod failure policy rule matched on container node",
-    "InPlaceRestartBudgetExhausted": "jobset failed: in-place restart budget exhausted",
-    "evicted_by_descheduler": "pods evicted by the descheduler",
-    "Preempted:HigherPriority": "preempted by a higher-priority workload",
-    "FailedJobsBecauseTheNodePoolWasScaledDownWhileTheTrainerPodsWereStillRunning": "node pool scaled down",
-}
-
-
-def rfc3339(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def condition(cond_type: str, status: str, reason: str, message: str, when: str) -> dict[str, Any]:
-    return {
-        "type": cond_type,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": when,
-    }
-
-
-def suspended_condition(when: str) -> dict[str, Any]:
-    return condition("Suspended", "True", "Suspended", SUSPENDED_MESSAGE, when)
-
-
-def resumed_condition(when: str) -> dict[str, Any]:
-    return condition("Suspended", "False", "Resumed", RESUMED_MESSAGE, when)
-
-
-def complete_condition(when: str) -> dict[str, Any]:
-    return condition("Complete", "True", COMPLETE_REASON, COMPLETE_MESSAGE, when)
-
-
-def failed_condition(reason: str, when: str) -> dict[str, Any]:
-    return condition("Failed", "True", reason, FAILURE_MESSAGES.get(reason, "TrainJob failed"), when)
-
-
-def jobs_status(
-    names: Sequence[str],
-    *,
-    active: Sequence[str] = (),
-    succeeded: Sequence[str] = (),
-    failed: Sequence[str] = (),
-    suspended: bool = False,
-    ready: bool = False,
-) -> list[dict[str, Any]]:
-    """status.jobsStatus: one entry per replicated job; counts are child Jobs (one per replicated job)."""
-    return [
-        {
-            "name": name,
-            "active": int(name in active),
-            "ready": int(ready and name in active),
-            "succeeded": int(name in succeeded),
-            "failed": int(name in failed),
-            "suspended": int(suspended),
-        }
-        for name in names
-    ]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Trainer progress (status.trainerStatus, KEP-2779: alpha, feature gate TrainJobStatus)
-# ---------------------------------------------------------------------------------------------------------
+from kubesim.trainer.controller import rfc3339
 
 
 @dataclass(slots=True)
@@ -99,7 +21,7 @@ class TrainingRun:
     """What a running trainer reports about itself: progress that ticks, a loss that goes down, an accuracy
     that goes up, an ETA from the pace so far; plus a checkpoint path, a metric that is text, not a number."""
 
-    started_at: float  # clock() when it began reporting
+    started_at: float  # the simulated time it began reporting
     progress: float  # percent
     loss: float
     accuracy: float

@@ -1,16 +1,16 @@
 """Ground truth for the workload generator: what the exporter's Trainer metrics should say.
 
 Deliberately written from the design documents (docs/design/product.md §3,
-docs/design/trainer-domain.md §1-§3), NOT by importing ``app/trainer``: a test that compares the service
-against this module then checks two independent readings of the same rules instead of the service's code
-against itself.
+docs/design/trainer-domain.md §1-§3), NOT by importing ``app/trainer`` (nor the generator's controller
+model): a test that compares the service against this module then checks two independent readings of the
+same rules instead of the service's code against itself.
 
 The generator feeds every object the store returns from its writes into ``Truth``; the truth then derives
-everything from those stored objects, so what it counts is exactly what a watcher of the store can see.
+everything from those stored objects (and the runtimes it was shown), so what it counts is exactly what a
+watcher of the store can see.
 
 The rules live in ``truth_rules`` (states, refs, times) and ``truth_resources`` (nodes, accelerators,
-quantities), the records in ``truth_records``; this module keeps the running tally and re-exports them, so
-``from kubesim.trainer.truth import ...`` keeps working.
+quantities, training steps), the records in ``truth_records``; this module keeps the running tally.
 """
 
 from __future__ import annotations
@@ -32,87 +32,23 @@ from kubesim.trainer.truth_records import (
     TruthSnapshot,
 )
 from kubesim.trainer.truth_resources import (
-    ACCELERATOR_PATTERNS,
-    MAX_ACCELERATOR_CLASSES,
-    NO_ACCELERATOR,
-    Quantities,
     RuntimeFacts,
-    is_accelerator,
-    parse_quantity,
-    quantities,
-    quantity_value,
     requested_accelerators,
     requested_nodes,
     runtime_facts,
 )
 from kubesim.trainer.truth_rules import (
-    CLUSTER_TRAINING_RUNTIME,
-    FAILURE_REASONS,
-    JOB_STATES,
-    MAX_REASON_LENGTH,
-    MAX_REASON_NAMES,
-    RUNTIME_KINDS,
-    TRAINER_GROUP,
-    TRAINING_RUNTIME,
-    UNKNOWN_REF,
+    FALLBACK_TRAINING,
     RuntimeKey,
     as_dict,
     classify,
-    job_state,
     lifetime_of,
     parse_time,
-    reason_label,
     resumed_condition,
     runtime_key_of,
     runtime_ref_of,
     since_creation,
-    terminal_of,
 )
-
-__all__ = [
-    "ACCELERATOR_PATTERNS",
-    "CLUSTER_TRAINING_RUNTIME",
-    "FAILURE_REASONS",
-    "JOB_STATES",
-    "MAX_ACCELERATOR_CLASSES",
-    "MAX_REASON_LENGTH",
-    "MAX_REASON_NAMES",
-    "NO_ACCELERATOR",
-    "RUNTIME_KINDS",
-    "TRAINER_GROUP",
-    "TRAINING_RUNTIME",
-    "UNKNOWN_REF",
-    "AdmittedJob",
-    "CreatedKey",
-    "FinishedJob",
-    "FinishedKey",
-    "JobRequest",
-    "JobsKey",
-    "Quantities",
-    "RuntimeFacts",
-    "RuntimeKey",
-    "StartedJob",
-    "Truth",
-    "TruthSnapshot",
-    "classify",
-    "is_accelerator",
-    "job_state",
-    "lifetime_of",
-    "parse_quantity",
-    "parse_time",
-    "quantities",
-    "quantity_value",
-    "reason_label",
-    "recount_jobs",
-    "requested_accelerators",
-    "requested_nodes",
-    "resumed_condition",
-    "runtime_facts",
-    "runtime_key_of",
-    "runtime_ref_of",
-    "since_creation",
-    "terminal_of",
-]
 
 
 class Truth:
@@ -167,7 +103,7 @@ class Truth:
         ref = self._refs.get(uid)
         if ref is None:  # not created through us: still count its state
             ref = self._refs[uid] = runtime_ref_of(job)[0]
-        state, terminal = classify(job)
+        state, terminal = self.classify(job)
         if terminal is None:
             self._first_running_or_admitted(job, uid, namespace, ref, state)
         if terminal is not None and uid not in self.terminal:
@@ -224,6 +160,16 @@ class Truth:
             return
         self.resource_version = max(self.resource_version, rv)
 
+    def training_of(self, job: Mapping[str, Any]) -> frozenset[str]:
+        """The training step of ``job``: its runtime's, as far as the truth was shown the runtime."""
+        key = runtime_ref_of(job)[1]
+        facts = self.runtimes.get(key) if key is not None else None
+        return facts.training if facts is not None else FALLBACK_TRAINING
+
+    def classify(self, job: Mapping[str, Any]) -> tuple[str, tuple[str, str, dict[str, Any]] | None]:
+        """truth_rules.classify with ``job``'s training step."""
+        return classify(job, self.training_of(job))
+
     def state_of(self, uid: str) -> str | None:
         key = self._current.get(uid)
         return key[2] if key else None
@@ -242,10 +188,16 @@ class Truth:
         )
 
 
-def recount_jobs(jobs: Iterable[Mapping[str, Any]]) -> dict[JobsKey, int]:
-    """The trainjobs gauge recomputed from scratch over stored TrainJobs (for consistency checks)."""
+def recount_jobs(
+    jobs: Iterable[Mapping[str, Any]], runtimes: Mapping[RuntimeKey, RuntimeFacts] | None = None
+) -> dict[JobsKey, int]:
+    """The trainjobs gauge recomputed from scratch over stored TrainJobs (for consistency checks), with
+    ``runtimes`` (the truth's) deciding each job's training step."""
     counts: Counter[JobsKey] = Counter()
     for job in jobs:
         namespace = str(as_dict(job.get("metadata")).get("namespace", ""))
-        counts[(namespace, runtime_ref_of(job)[0], classify(job)[0])] += 1
+        ref, key = runtime_ref_of(job)
+        facts = (runtimes or {}).get(key) if key is not None else None
+        training = facts.training if facts is not None else FALLBACK_TRAINING
+        counts[(namespace, ref, classify(job, training)[0])] += 1
     return dict(counts)

@@ -39,6 +39,9 @@ MAX_REASON_LENGTH: Final = 64
 MAX_REASON_NAMES: Final = 32
 
 RuntimeKey = tuple[str, str, str]  # (kind, namespace or "", name)
+# docs/design/trainer-domain.md §1: the jobs that train by the controller's own naming, for a runtime that
+# labels no job ``trainer`` (and is not MPI) or is not known.
+FALLBACK_TRAINING: Final = frozenset({"node", "launcher"})
 
 
 def runtime_key_of(runtime: Mapping[str, Any]) -> RuntimeKey:
@@ -73,15 +76,19 @@ def reason_label(reason: Any) -> str:
     return "other"
 
 
-def classify(job: Mapping[str, Any]) -> tuple[str, tuple[str, str, dict[str, Any]] | None]:
+def classify(
+    job: Mapping[str, Any], training: frozenset[str] = FALLBACK_TRAINING
+) -> tuple[str, tuple[str, str, dict[str, Any]] | None]:
     """(state, terminal) in one pass. state is one of JOB_STATES (docs/design/product.md §3,
     kubeflow_trainer_trainjobs); terminal is (result, reason bucket, deciding condition) when Complete or
-    Failed is True, where Failed=True wins over Complete=True. Written for speed: populate() classifies
+    Failed is True, where Failed=True wins over Complete=True. ``training``: the names of the replicated
+    jobs of the job's training step (``RuntimeFacts.training``). Written for speed: populate() classifies
     every write."""
     status = job.get("status")
     if not isinstance(status, dict):
         status = {}
     failed = complete = None
+    suspended = False
     conditions = status.get("conditions")
     if isinstance(conditions, list):
         for condition in conditions:
@@ -91,18 +98,25 @@ def classify(job: Mapping[str, Any]) -> tuple[str, tuple[str, str, dict[str, Any
                     failed = condition
                 elif cond_type == "Complete" and complete is None:
                     complete = condition
+                elif cond_type == "Suspended":
+                    suspended = True
     if failed is not None:
         return "failed", ("failed", reason_label(failed.get("reason")), failed)
     if complete is not None:
         return "succeeded", ("succeeded", "none", complete)
     spec = job.get("spec")
-    if isinstance(spec, dict) and spec.get("suspend") is True:
+    # Suspended while the spec asks for it (Kueue creates jobs suspended before the controller says so)
+    # or the controller still says so (a resume takes effect when the controller answers).
+    if suspended or (isinstance(spec, dict) and spec.get("suspend") is True):
         return "suspended", None
-    # Running once a child Job has all its pods ready (jobsStatus[].ready); ``active`` also counts child Jobs
-    # whose pods are still pending (waiting for capacity), which are pending here.
+    # Running once a child Job of the training step has all its pods ready (jobsStatus[].ready); ``active``
+    # also counts child Jobs whose pods are still pending (waiting for capacity), and initializers are ready
+    # while they download: both pending here.
     for entry in as_list(status.get("jobsStatus")):
-        ready = entry.get("ready") if isinstance(entry, dict) else None
-        if isinstance(ready, int) and ready > 0:
+        if not isinstance(entry, dict) or entry.get("name") not in training:
+            continue
+        ready = entry.get("ready")
+        if isinstance(ready, int) and not isinstance(ready, bool) and ready > 0:
             return "running", None
     return "pending", None
 
@@ -110,11 +124,6 @@ def classify(job: Mapping[str, Any]) -> tuple[str, tuple[str, str, dict[str, Any
 def terminal_of(job: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]] | None:
     """(result, reason bucket, the deciding condition) when terminal; Failed=True wins over Complete=True."""
     return classify(job)[1]
-
-
-def job_state(job: Mapping[str, Any]) -> str:
-    """One of JOB_STATES."""
-    return classify(job)[0]
 
 
 def parse_time(value: Any) -> datetime | None:

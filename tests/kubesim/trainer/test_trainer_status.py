@@ -10,7 +10,7 @@ from kubesim.apiserver.storage.table import WatchEvent
 from kubesim.trainer.cluster import trainer_store
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.kinds import TRAINJOBS
-from kubesim.trainer.truth import classify, parse_time, resumed_condition
+from kubesim.trainer.truth_rules import parse_time, resumed_condition
 
 
 class Clock:
@@ -29,7 +29,7 @@ def test_running_trainers_report_progress_loss_and_an_eta() -> None:
     def listen(event: WatchEvent) -> None:
         obj = event.entry.obj
         trainer = (obj.get("status") or {}).get("trainerStatus")
-        if event.resource == TRAINJOBS and trainer and classify(obj)[0] == "running":
+        if event.resource == TRAINJOBS and trainer and gen.truth.classify(obj)[0] == "running":
             reports.setdefault(obj["metadata"]["uid"], []).append(copy.deepcopy(trainer))
 
     store.subscribe(listen)

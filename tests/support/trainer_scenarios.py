@@ -1,0 +1,131 @@
+"""TrainJobs driven on purpose through every shape of tests/support/trainer_shapes.py, and through the node
+count and device edge cases, so that a test comparing the exporter with the ground truth covers each one
+whatever its random workload drew. Waits only for deadlines to fall due (the generator's time warp makes
+that milliseconds), never for a fixed time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kubesim.trainer.gen_population import FINISHED, ORPHANED, RUNNING, SUSPENDED, JobRecord
+from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.jobset import BACKOFF_LIMIT_EXCEEDED, POD_FAILURE_POLICY
+from tests.support.trainer_shapes import (
+    INITIALIZER_THEN_CAPACITY_WAIT,
+    JOBSET_FAILURE,
+    RESTARTED,
+    ShapeCensus,
+)
+from tests.support.waiting import eventually
+
+# resourcesPerNode of the device edge cases: Intel's non-device resources beside a device and alone,
+# NVIDIA's time-sliced GPUs.
+INTEL_WITH_SHARES: Final = {
+    "limits": {"gpu.intel.com/i915": 1, "gpu.intel.com/millicores": 500, "gpu.intel.com/memory.max": "8G"}
+}
+INTEL_SHARES_ONLY: Final = {"limits": {"gpu.intel.com/millicores": "250", "gpu.intel.com/xe_monitoring": 1}}
+SHARED_GPUS: Final = {"limits": {"nvidia.com/gpu.shared": 2}}
+PLAIN: Final[dict[str, Any]] = {
+    "deadline": None,
+    "multikueue": False,
+    "annotations": None,
+    "finalizer": False,
+}
+
+
+async def play_every_shape(gen: WorkloadGenerator, census: ShapeCensus) -> None:
+    """Create and drive the jobs; the census (subscribed to the store) must see each shape afterwards."""
+    await _initializers_then_capacity(gen)
+    await _deadlines(gen)
+    _jobset_failures(gen, census)
+    _multikueue(gen)
+    _edge_cases(gen)
+
+
+async def _initializers_then_capacity(gen: WorkloadGenerator) -> None:
+    """torchtune: both initializers run (ready while they download) and finish, then the trainer's pods wait
+    for capacity: pending all along, until they are ready."""
+    rec = _create(gen, suspended=False, runtime="torchtune-llama3.2-1b", num_nodes=1)
+    gen.progress(rec)
+    assert rec.phase == RUNNING, INITIALIZER_THEN_CAPACITY_WAIT
+    gen.finish(rec, "Complete")
+
+
+async def _deadlines(gen: WorkloadGenerator) -> None:
+    """One deadline counted from creation; one from the last of two admissions, the job preempted after it
+    ran in between (its JobSet suspended: its Jobs counted suspended)."""
+    from_creation = _create(gen, suspended=False, runtime="torch-distributed", deadline=600)
+    gen.progress(from_creation)
+    # 12 hours: seconds of a loaded machine's wall time at the ground-truth test's time warp, ample to run and
+    # be preempted before the deadline counts again from the second admission.
+    resumed = _create(gen, suspended=True, runtime="torch-distributed-with-cache", deadline=43_200)
+    _admit(gen, resumed)
+    gen.progress(resumed)
+    gen.preempt(resumed)
+    _admit(gen, resumed)
+    gen.advance(resumed)
+
+    def both_failed() -> bool:
+        gen.expire_deadlines()
+        return from_creation.phase == FINISHED and resumed.phase == FINISHED
+
+    await eventually(both_failed, timeout=30, what="both deadlines fall due")
+
+
+def _admit(gen: WorkloadGenerator, rec: JobRecord) -> None:
+    """Kueue's queue: the JobSet's passes (its Jobs created and counted suspended), then the admission."""
+    for _ in range(8):
+        if rec.phase != SUSPENDED:
+            return
+        gen.queued(rec)
+    raise AssertionError(f"{rec.name} was never admitted")
+
+
+def _jobset_failures(gen: WorkloadGenerator, census: ShapeCensus) -> None:
+    """A child Job fails: without a failure policy the JobSet fails (FailedJobs; a few tries, as now and then
+    a failure comes with a reason JobSet v0.12 does not write); with one it restarts the JobSet (the job back
+    to pending after it ran) until it gives up, or fails it at once by a rule."""
+    for _ in range(12):
+        if census.shapes[JOBSET_FAILURE]:
+            break
+        rec = _create(gen, suspended=False, runtime="torch-distributed")
+        gen.finish(rec, "Failed")
+    # Crashes past the backoffLimit, every time: restarted twice (maxRestarts), then ReachedMaxRestarts.
+    rec = _create(gen, suspended=False, runtime="sim-torch-restartable")
+    for _ in range(3):
+        gen.finish(rec, "Failed", reason=BACKOFF_LIMIT_EXCEEDED)
+    # The exit code its pod failure policy fails the Job on: FailJobSetFailurePolicyAction at once.
+    rec = _create(gen, suspended=False, runtime="sim-torch-restartable")
+    gen.finish(rec, "Failed", reason=POD_FAILURE_POLICY)
+    assert census.shapes[JOBSET_FAILURE] and census.shapes[RESTARTED]
+
+
+def _multikueue(gen: WorkloadGenerator) -> None:
+    """A MultiKueue job a worker runs (its status copied back whole) and one no worker admits (none)."""
+    copied = _create(gen, suspended=True, multikueue=True, dispatch=True)
+    for _ in range(96):
+        if copied.phase == FINISHED:
+            break
+        gen.remote_step(copied)
+    assert copied.phase == FINISHED
+    silent = _create(gen, suspended=True, multikueue=True, dispatch=False)
+    assert silent.phase == ORPHANED
+    ref = {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntimes", "name": "torch-distributed"}
+    unregistered = _create(gen, suspended=False, ref=ref)
+    assert unregistered.phase == ORPHANED
+
+
+def _edge_cases(gen: WorkloadGenerator) -> None:
+    """Node counts and devices as the controller has them (their truth is checked by the caller)."""
+    _create(gen, suspended=False, runtime="deepspeed-distributed", num_nodes=1)  # launcher + 1 worker: 2
+    _create(gen, suspended=False, runtime="sim-unlabelled-node", num_nodes=8)  # numNodes ignored: 2
+    _create(gen, suspended=False, runtime="torch-distributed", num_nodes=2, resources=INTEL_WITH_SHARES)
+    _create(gen, suspended=False, runtime="torch-distributed", num_nodes=2, resources=INTEL_SHARES_ONLY)
+    _create(gen, suspended=False, runtime="torch-distributed", num_nodes=2, resources=SHARED_GPUS)
+
+
+def _create(gen: WorkloadGenerator, **kw: Any) -> JobRecord:
+    rec = gen.create_job(**{**PLAIN, **kw})
+    assert rec is not None
+    return rec
