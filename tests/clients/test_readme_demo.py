@@ -90,4 +90,5 @@ def test_the_readme_s_kubectl_commands_work(demo_cluster: Path) -> None:
     assert len(listed.splitlines()) > 100  # the 200 TrainJobs the README's --jobs keeps alive
     assert "runtimeRef" in explained
     assert "namespace/demo created" in applied and "serverside-applied" in applied, applied
-    assert demo.split()[:3] == ["NAME", "STATE", "AGE"] and "multi-node-example" in demo, demo
+    assert demo.split()[:4] == ["NAMESPACE", "NAME", "STATE", "AGE"], demo[:200]
+    assert re.search(r"^demo +multi-node-example ", demo, flags=re.M), demo
