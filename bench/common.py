@@ -8,7 +8,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,10 +57,26 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def listening_ports(pid: int) -> list[int]:
+    """The TCP ports process ``pid`` listens on: its socket descriptors' inodes, looked up among the
+    listening sockets of /proc/<pid>/net/tcp and tcp6. A child told to listen on port 0 holds the port
+    the kernel picked, so nothing else can be reached under it (a port taken from a closed ``bind(0)``
+    and bound again later can be given to two servers)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
 
 
 def machine() -> dict[str, Any]:

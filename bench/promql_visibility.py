@@ -44,7 +44,7 @@ import yaml
 
 from app.config import Settings
 from app.main import create_app
-from bench.common import free_port
+from bench.common import listening_ports
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 
@@ -177,7 +177,6 @@ class Prometheus:
         binary = shutil.which("prometheus")
         if binary is None:
             raise SystemExit("prometheus not on PATH (Debian package `prometheus`)")
-        self.port = free_port()
         config = {
             "global": {"scrape_interval": f"{interval:g}s", "scrape_timeout": f"{interval:g}s"},
             "scrape_configs": [
@@ -190,12 +189,14 @@ class Prometheus:
                 binary,
                 f"--config.file={workdir / 'prometheus.yml'}",
                 f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.listen-address=127.0.0.1:0",  # a port the kernel picks, found below
                 "--log.level=warn",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        proc = self.proc
+        self.port = _until(lambda: (listening_ports(proc.pid) or [0])[0], 30, "Prometheus listening")
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10.0)
         _until(self._ready, 30, "Prometheus ready")
 

@@ -21,7 +21,6 @@ from bench.common import (
     Child,
     Figure,
     cpu_seconds,
-    free_port,
     percentile,
     rss_bytes,
     runqueue_wait_seconds,
@@ -313,8 +312,7 @@ def start_service(
     streaming_list: str | None = None,
     exact: bool = True,
 ) -> tuple[Child, str]:
-    port = free_port()
-    args = [PYTHON, "-m", "bench.serviceproc", "--kubeconfig", kubeconfig, "--port", str(port)]
+    args = [PYTHON, "-m", "bench.serviceproc", "--kubeconfig", kubeconfig]
     if lag_probe:
         args.append("--lag-probe")
     if streaming_list:
@@ -323,7 +321,10 @@ def start_service(
         args.append("--no-exact")
     if per_trainjob_max_jobs:
         args += ["--per-trainjob-max-jobs", str(per_trainjob_max_jobs)]
-    return Child(args, name=name, log_dir=work), f"http://127.0.0.1:{port}"
+    child = Child(args, name=name, log_dir=work)
+    # It binds a port the kernel picks and names it in its ready line (before its service starts).
+    port = child.wait_ready(120)["port"]
+    return child, f"http://127.0.0.1:{port}"
 
 
 async def _scrapes(base: str, n: int, headers: dict[str, str], interval: float = 0.0) -> list[float]:
@@ -403,7 +404,6 @@ def _ready_service(
         raise RuntimeError(
             f"{name} never ready:\n" + service.log_path.read_text(errors="replace")[-3000:]
         ) from None
-    service.wait_ready(5)  # collect its ready line
     return service, base, ready_at - service.started
 
 

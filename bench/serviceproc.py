@@ -1,11 +1,12 @@
 """The service under test, as ``trainer-metrics`` would run it, plus bench-only instrumentation.
 
-``python -m bench.serviceproc --kubeconfig K --port P [--lag-probe] [--per-trainjob-max-jobs N]
+``python -m bench.serviceproc --kubeconfig K [--port P] [--lag-probe] [--per-trainjob-max-jobs N]
 [--streaming-list auto|on|off]`` does what ``app.cli.main`` does (load_settings → create_app → uvicorn) with
 ``--no-leader-election`` (and the per-TrainJob series on, capped at N, when N > 0; the informers' sync by
 ``TRAINER_METRICS_STREAMING_LIST`` when given); with ``--lag-probe`` it also runs an
 event-loop lag probe (a task sleeping 1 ms and recording how late it wakes) and serves its reading at
-``GET /bench/lag`` (``?reset=1`` clears it). Nothing else differs from the real entry point.
+``GET /bench/lag`` (``?reset=1`` clears it). Nothing else differs from the real entry point. It binds its
+port (by default 0: one the kernel picks) before its ready line, which says which port it holds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import sys
 import time
 
@@ -50,7 +52,7 @@ class LagProbe:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.serviceproc")
     p.add_argument("--kubeconfig", required=True)
-    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--port", type=int, default=0, help="0 (the default): a port the kernel picks")
     p.add_argument("--lag-probe", action="store_true")
     p.add_argument("--log-level", default="WARNING")
     p.add_argument(
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(
         **extra,
         kubeconfig=args.kubeconfig,
-        port=args.port,
+        port=args.port,  # informational: the socket below is what it serves on
         host="127.0.0.1",
         leader_election=False,
         log_level=args.log_level,
@@ -99,9 +101,14 @@ def main(argv: list[str] | None = None) -> int:
                 probe.task = asyncio.create_task(probe.run())
             return JSONResponse(probe.reading(reset == "1"))
 
-    sys.stdout.write(json.dumps({"ready": True, "import_seconds": time.monotonic() - t0}) + "\n")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", args.port))
+    port = int(sock.getsockname()[1])
+    ready = {"ready": True, "import_seconds": time.monotonic() - t0, "port": port}
+    sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_config=None, access_log=False)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 

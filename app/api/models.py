@@ -47,12 +47,41 @@ class RuntimeEntry(BaseModel):
     resource_version: str
 
 
+class RememberedSizes(BaseModel):
+    """What a replica keeps besides its informer caches, each bounded (docs/reliability.md, "Memory")."""
+
+    journal_entries: int = Field(
+        description="Countable events remembered for a hand-over (at most the journal size)."
+    )
+    journal_size: int = Field(description="TRAINER_METRICS_HANDOVER_JOURNAL_SIZE.")
+    held_edges: int = Field(
+        description="Edges the leader holds until it settles them at its take-over floor."
+    )
+    unseen_counts: int = Field(
+        description="Counts of this leader term not yet seen by every scraper (at most the journal size)."
+    )
+    tombstones: int = Field(description="Recently deleted TrainJob uids remembered (at most 4096).")
+    edge_history: int = Field(
+        description="Live TrainJobs that ran or were admitted before and do not now (at most the TrainJobs)."
+    )
+    inherited_history: int = Field(
+        description="Such jobs known only from the Lease (at most 8192 ran and 8192 admitted)."
+    )
+    pending_created: int = Field(
+        description="Creations waiting for their runtime (at most a few seconds each)."
+    )
+    metric_series: int = Field(
+        description="Series of the Trainer metric families (bounded by the label caps)."
+    )
+
+
 class SnapshotResponse(BaseModel):
     runtimes: list[RuntimeEntry]
     informers: list[InformerStatus]
     trainjobs: int = Field(description="TrainJobs held in the cache.")
     terminal_entries: int = Field(description="Entries in the terminal-dedup set.")
     unknown_runtime_refs: int = Field(description="Distinct references to runtimes not in the snapshot.")
+    remembered: RememberedSizes
 
 
 class TerminalEntry(BaseModel):

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from app.api.models import (
     InformerStatus,
     LeadershipResponse,
+    RememberedSizes,
     RuntimeEntry,
     SnapshotResponse,
     TerminalEntry,
@@ -65,6 +66,22 @@ def snapshot(service: Service) -> SnapshotResponse:
         trainjobs=service.trainjob_count(),
         terminal_entries=service.state.terminal_count,
         unknown_runtime_refs=service.state.unknown_runtime_refs,
+        remembered=remembered(service),
+    )
+
+
+def remembered(service: Service) -> RememberedSizes:
+    journal, history = service.journal, service.state.history
+    return RememberedSizes(
+        journal_entries=journal.remembered,
+        journal_size=journal.journal_size,
+        held_edges=journal.uncertain,
+        unseen_counts=service.ledger.unseen,
+        tombstones=history.tombstones,
+        edge_history=len(history.ran) + len(history.admitted),
+        inherited_history=history.inherited,
+        pending_created=service.state.pending_count,
+        metric_series=service.metric_state.series_count,
     )
 
 

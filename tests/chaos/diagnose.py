@@ -44,6 +44,7 @@ from typing import Any
 from app.handover.journal import CountJournal
 from app.replica.service import Service
 from app.trainer.events import JobCreated, JobFinished
+from tests.chaos.replicas import InProcessReplica
 from tests.chaos.soak import Soak, SoakConfig, render_table
 
 
@@ -216,9 +217,11 @@ class DiagnosedSoak(Soak):
         super().__init__(cfg, workdir)
         self.diag = Diagnosis(self.t0)
 
-    async def start_replica(self, identity: str | None = None) -> str:
-        ident = await super().start_replica(identity)
-        svc = self.live[ident].replica.service
+    async def start_replica(self, identity: str | None = None, *, resident: bool = False) -> str:
+        ident = await super().start_replica(identity, resident=resident)
+        handle = self.live[ident]
+        assert isinstance(handle, InProcessReplica), "the diagnosis runs the replicas in this process"
+        svc = handle.service
         self.diag.store_rv = lambda: self.sim.store.resource_version
         self.diag.attach_service(svc)
         if not hasattr(self.gen.truth, "_diag"):
@@ -400,7 +403,8 @@ class MemorySoak(DiagnosedSoak):
             "diag_emitted": len(self.diag.emitted),
         }
         for ident, e in self.live.items():
-            svc = e.replica.service
+            assert isinstance(e, InProcessReplica)
+            svc = e.service
             out[ident] = {
                 "journal": len(svc.journal._journal),
                 "tombstones": svc.state.history.tombstones,

@@ -6,9 +6,10 @@ killed (``Service.kill()``: no Lease release) and replaced by a fresh one, as in
 * no stopped ``Service`` object is alive any more (weak references, after ``gc.collect()``): nothing (a
   done-callback, a task, a logger, a registry, a kubernetes-asyncio client, the soak-style wrappers) keeps a
   stopped replica, its informer caches, journal or aiohttp session;
-* the memory traced by tracemalloc whose allocating frame is in the service's code (``app/`` outside
-  ``app/sim/``) is back within 10 % of what the same number of warm replicas held before the cycles, so a
-  replica leaves nothing behind (one leaked replica's caches would be ~1/3 of the figure);
+* the memory traced by tracemalloc whose allocating frame is in the service's code (``app/``; the
+  simulated cluster is ``sim/kubesim/``) is back within 10 % of what the same number of warm replicas held
+  before the cycles, so a replica leaves nothing behind (one leaked replica's caches would be ~1/3 of the
+  figure);
 * the number of asyncio tasks is back to what it was.
 """
 

@@ -1,8 +1,10 @@
-"""CI chaos soak (issue "Reliability and security", item 1): ~100 s of random faults against three replicas.
+"""CI chaos soak: ~100 s of random faults against four replicas, each a process of its own.
 
 The soak runs once per module (``tests/chaos/soak.py``, also runnable for longer:
 ``python -m tests.chaos.soak --minutes 10``); each test below checks one guarantee on its report. The
-figures are printed (``pytest -s``) and written as JSON under the pytest tmp dir.
+figures are printed (``pytest -s``) and written as JSON under the pytest tmp dir. Two of the replicas are
+residents (never killed or restarted, demoted from leadership instead): their memory is measured in their
+own processes for the whole run.
 """
 
 from __future__ import annotations
@@ -14,11 +16,18 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.soak import FAULT_KINDS, SoakConfig, readiness_failures, render_table, run_soak
+from tests.chaos.soak import (
+    FAULT_KINDS,
+    SoakConfig,
+    memory_failures,
+    readiness_failures,
+    render_table,
+    run_soak,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
-CONFIG = SoakConfig(fault_seconds=100.0, warmup_seconds=25.0)
+CONFIG = SoakConfig(fault_seconds=100.0, warmup_seconds=25.0, processes=True, replicas=4, residents=2)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +95,20 @@ def test_promql_sees_every_count_over_the_whole_run(report: dict[str, Any]) -> N
     assert truth >= 1000 and visible >= truth, promql
 
 
+def test_no_served_count_went_down_and_no_target_shows_more_than_it_counted(report: dict[str, Any]) -> None:
+    """Every sample Prometheus stored of the served counters and histogram counts: a series goes down only
+    where its replica started a new leader term (each term counts from zero), and what PromQL sees of a
+    target (one replica instance, one ``pod``) is never more than that instance counted. Two targets on
+    one address would break both (tests/support/slots.py)."""
+    if not report["promql"]["checked"]:
+        pytest.skip("prometheus not on PATH")
+    inv = report["promql_invariants"]
+    assert inv["checked"], inv
+    assert inv["went_down"] == 0, inv["went_down_examples"]
+    assert inv["over_counted"] == 0, inv["over_counted_examples"]
+    assert inv["targets"] >= 2 and inv["samples"] > 1000, inv
+
+
 def test_the_lease_watermark_never_goes_down(report: dict[str, Any]) -> None:
     """Each watermark published in the Lease was counted up to; a lower one written later (a former leader
     taking the Lease back with its old term's value) would let the next takeover recount."""
@@ -109,24 +132,31 @@ def test_no_replica_crashed_and_nothing_died_silently(report: dict[str, Any]) ->
 
 
 def test_resident_memory_bounded_after_warmup(report: dict[str, Any]) -> None:
-    """Whole-process RSS (service replicas, simulated server, generator, this test), read after a full
-    collection and malloc_trim(0) at both points, so that glibc's retention of transient peaks (the
-    simulated server's relist pages share the process) is not taken for growth. The simulated server's
-    watch history is pre-filled to its high-water mark, serialized, before the replicas start."""
-    assert report["rss_trimmed_growth"] is not None
-    assert report["rss_trimmed_growth"] <= 0.10, (
-        report["rss_trimmed_warm_mb"],
-        report["rss_trimmed_end_mb"],
-        report["rss_growth"],
-        report["memory"],
-    )
+    """Measured in each service process (VmRSS from /proc, tests/chaos/memory.py), not in the soak's: the
+    two residents lived through the whole run, led and followed, and their RSS grew at most 10 % after
+    the warm-up. The slope once their bounded structures are full needs a longer run (docs/reliability.md)."""
+    residents = [p for p in report["processes"] if p["resident"]]
+    assert len(residents) == 2, report["processes"]
+    for proc in residents:
+        assert proc["readings"] >= 20 and proc["structures_end"]["journal_entries"] > 0, proc
+    assert memory_failures(report, CONFIG) == [], [
+        {k: p[k] for k in ("identity", "rss_warm_mb", "rss_end_mb", "rss_growth", "structures_end")}
+        for p in residents
+    ]
 
 
-def test_stopped_and_killed_replicas_were_freed(report: dict[str, Any]) -> None:
-    """Every replica stopped or killed during the soak (leader kills, graceful restarts) was garbage at the
-    end: no Service, informer cache, journal or client of a stopped replica stays behind."""
-    assert report["replicas_stopped"] >= 2 * len(("kill", "restart"))
-    assert report["stopped_services_alive"] == []
+def test_stopped_and_killed_replica_processes_exited(report: dict[str, Any]) -> None:
+    """Every replica stopped during the soak was a process that ended: killed ones by SIGKILL, gracefully
+    stopped ones after handing over (uvicorn re-raises SIGTERM). Freed memory in the soak's own process
+    is tests/chaos/test_no_leak.py's."""
+    exits = report["replica_exits"]
+    kinds = {how for _identity, how, _code in exits}
+    assert {"killed", "graceful"} <= kinds, exits
+    for identity, how, code in exits:
+        assert code == (-9 if how == "killed" else -15) or (how == "graceful" and code == 0), (
+            identity,
+            exits,
+        )
 
 
 def test_readiness_recovers_after_every_stall(report: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,7 +26,6 @@ from kubesim.trainer.generator import WorkloadGenerator
 from tests.support.prom import (
     SCRAPE_INTERVAL_SECONDS,
     Prometheus,
-    free_port,
     promtool,
     requires_prometheus,
     running_prometheus,
@@ -71,10 +71,26 @@ def as_stored(samples: Samples, cli: CLI) -> Samples:
     }
 
 
-def _ready_or_exited(proc: subprocess.Popen[bytes], port: int) -> str | None:
+def _serving_port(proc: subprocess.Popen[bytes], log_path: Path) -> int | None:
+    """The port the service bound (``--port 0``: the kernel picked it), from its "serving ... on port N"
+    line; it holds the port, so nothing else can be scraped under this target."""
     if proc.poll() is not None:
-        return "exited"
-    return "ready" if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0).status_code == 200 else None
+        raise AssertionError(f"trainer-metrics exited ({proc.returncode}):\n{_tail(log_path)}")
+    found = SERVING.search(log_path.read_text(errors="replace"))
+    return int(found.group(1)) if found else None
+
+
+def _ready(proc: subprocess.Popen[bytes], port: int) -> bool:
+    if proc.poll() is not None:
+        raise AssertionError(f"trainer-metrics exited ({proc.returncode})")
+    return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0).status_code == 200
+
+
+def _tail(log_path: Path) -> str:
+    return log_path.read_text(errors="replace")[-3000:]
+
+
+SERVING = re.compile(r"serving https? on port (\d+)")
 
 
 def start_cli(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -84,41 +100,34 @@ def start_cli(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     # 60 s, is for 30 s intervals); it also bounds the hand-over wait at SIGTERM.
     env["TRAINER_METRICS_ZERO_HOLD_SECONDS"] = str(2 * SCRAPE_INTERVAL_SECONDS)
     log_path = workdir / "trainer-metrics.log"
-    for _attempt in range(3):
-        port = free_port()
-        with log_path.open("ab") as log:
-            proc = subprocess.Popen(
-                [
-                    str(EXECUTABLE),
-                    "--simulate",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--probe-port",
-                    "0",  # any free port: the probe listener's default (8081) may be taken here
-                    "--sim-seed",
-                    str(SEED),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        try:
-            outcome = wait_for(
-                functools.partial(_ready_or_exited, proc, port), timeout=60, what="trainer-metrics /readyz"
-            )
-        except AssertionError:
-            outcome = "not ready"
-        if outcome == "ready":
-            return proc, port
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [
+                str(EXECUTABLE),
+                "--simulate",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",  # the kernel picks a free port, which the service then holds
+                "--probe-port",
+                "0",  # the same for the probe listener (its default, 8081, may be taken here)
+                "--sim-seed",
+                str(SEED),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    try:
+        port = wait_for(
+            functools.partial(_serving_port, proc, log_path), timeout=60, what="trainer-metrics serving"
+        )
+        wait_for(functools.partial(_ready, proc, port), timeout=60, what="trainer-metrics /readyz")
+    except AssertionError as exc:
         stop(proc)
-        if "address already in use" not in log_path.read_text(errors="replace").lower():
-            break
-    raise AssertionError(
-        f"trainer-metrics did not become ready:\n{log_path.read_text(errors='replace')[-3000:]}"
-    )
+        raise AssertionError(f"trainer-metrics did not become ready: {exc}\n{_tail(log_path)}") from None
+    return proc, port
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -126,6 +126,19 @@ async def test_debug_snapshot_content(sim: SimulatedCluster, kubeconfig: Path) -
         assert body["trainjobs"] == 4
         assert body["terminal_entries"] == 1
         assert body["unknown_runtime_refs"] == 0
+        remembered = body["remembered"]
+        assert remembered["journal_size"] == r.service.settings.handover_journal_size
+        # Nothing happened after the initial list: nothing to remember yet.
+        assert remembered["journal_entries"] == remembered["tombstones"] == remembered["held_edges"] == 0
+        assert remembered["metric_series"] > 0
+
+        # A creation and a deletion after it: one countable event remembered, one deleted uid.
+        sim.store.create(TRAINJOBS, "team1", trainjob_manifest("job-new"))
+        sim.store.delete(TRAINJOBS, "team1", "job-1")
+        await wait_caught_up(r, sim.store)
+        remembered = (await r.http.get("/debug/snapshot")).json()["remembered"]
+        assert (remembered["journal_entries"], remembered["tombstones"]) == (1, 1), remembered
+        assert remembered["pending_created"] == 0
 
 
 # --- /debug/terminal -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Informer against the simulated cluster (app/sim): real HTTP, real resourceVersions, injected faults."""
+"""Informer against the simulated cluster (kubesim): real HTTP, real resourceVersions, injected faults."""
 
 from __future__ import annotations
 

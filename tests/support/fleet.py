@@ -1,6 +1,8 @@
 """Replicas of the real service, each a real HTTP server on its own loopback port, against one simulated
 cluster with a seeded workload generator, all on an event loop in a background thread; and a real
-Prometheus scraping every replica slot (pre-allocated ports: a slot not running is a target that is down).
+Prometheus scraping every replica slot (each slot's socket is bound when the fleet starts and held until it
+stops, tests/support/slots.py, so no two targets can share a port; a slot not running is a target that is
+down).
 
 A replica is the app ``trainer-metrics`` runs (``create_app`` served by uvicorn, lifespan on), stopped the way
 Kubernetes stops a pod: ``graceful_stop`` is SIGTERM (app/serving/graceful.py: hand over while still serving,
@@ -36,7 +38,8 @@ from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.kinds import TRAINJOBS
 from kubesim.trainer.truth_records import TruthSnapshot
-from tests.support.prom import Prometheus, free_port
+from tests.support.prom import Prometheus
+from tests.support.slots import SlotSockets, check_distinct
 from tests.support.waiting import eventually
 
 T = TypeVar("T")
@@ -100,7 +103,7 @@ class Fleet:
     populate: int = 40
     min_delete_age: float = 0.0
     settings: Mapping[str, Any] = field(default_factory=lambda: dict(REPLICA_SETTINGS))
-    ports: list[int] = field(default_factory=list)
+    sockets: SlotSockets | None = None  # every slot's socket, bound in start() and held until stop()
     live: dict[str, Live] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
     killed: list[Killed] = field(default_factory=list)
@@ -122,7 +125,7 @@ class Fleet:
     # --- from the test thread ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.ports = [free_port() for _ in range(self.slots)]
+        self.sockets = SlotSockets(self.slots)
         self._tmp = tempfile.TemporaryDirectory(prefix="trainer-metrics-fleet-")
         self._thread = threading.Thread(target=self._run_loop, name="e2e fleet", daemon=True)
         self._thread.start()
@@ -135,6 +138,8 @@ class Fleet:
                 self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(120)
+        if self.sockets is not None:
+            self.sockets.close()
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -152,9 +157,10 @@ class Fleet:
 
     def targets(self) -> list[tuple[str, dict[str, str]]]:
         """Every slot as a Prometheus target: its address and the labels a ServiceMonitor would give it."""
+        assert self.sockets is not None, "start() the fleet first"
         return [
-            (f"127.0.0.1:{port}", {"namespace": TARGET_NAMESPACE, "pod": f"slot-{slot}"})
-            for slot, port in enumerate(self.ports)
+            (address, {"namespace": TARGET_NAMESPACE, "pod": f"slot-{slot}"})
+            for slot, address in enumerate(self.sockets.addresses)
         ]
 
     def add(self) -> str:
@@ -290,21 +296,25 @@ class Fleet:
             raise AssertionError(f"all {self.slots} slots used")
         self._started += 1
         identity = f"trainer-metrics-{slot}"
+        assert self.sockets is not None
+        port = self.sockets.port(slot)
         settings = Settings(
             kubeconfig=str(self.kubeconfig),
             identity=identity,
             lease_name=LEASE_NAME,
             lease_namespace=LEASE_NAMESPACE,
             host="127.0.0.1",
-            port=self.ports[slot],
+            port=port,
             **self.settings,
         )
         app = create_app(settings)
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.ports[slot], lifespan="on", log_config=None, access_log=False
+            app, host="127.0.0.1", port=port, lifespan="on", log_config=None, access_log=False
         )
         server = FleetServer(config)
-        serving = asyncio.create_task(server.serve(), name=f"uvicorn {identity}")
+        # The slot's socket, bound since start(): no other server can have its port (tests/support/slots.py).
+        sockets = [self.sockets.serving(slot)]
+        serving = asyncio.create_task(server.serve(sockets=sockets), name=f"uvicorn {identity}")
 
         def started() -> bool:
             if serving.done():
@@ -334,6 +344,7 @@ class Fleet:
         await live.server.begin_graceful_stop()
         handed_over = service._handed_over is not False
         await live.serving
+        await self._retire(live.slot)
         self.stopped.append(identity)
         return handed_over
 
@@ -346,6 +357,7 @@ class Fleet:
         live.server.should_exit = True
         live.server.force_exit = True  # a crash: no lifespan shutdown, no release
         await live.serving
+        await self._retire(live.slot)
         # What its last term counted above the published watermark (replays at its takeover included).
         journal = service.journal
         floor = published.get("", -1)
@@ -359,6 +371,11 @@ class Fleet:
         self.killed.append(killed)
         self.stopped.append(identity)
         return killed
+
+    async def _retire(self, slot: int) -> None:
+        """The slot's server has stopped: its port stays held, and a scrape is reset as a gone pod's."""
+        assert self.sockets is not None
+        await self.sockets.retire(slot)
 
     def _published(self) -> dict[str, int]:
         try:
@@ -378,6 +395,10 @@ class FleetPrometheus(Prometheus):
         super().__init__(workdir, {})
         self.slot_targets = targets
         self.rule_files = rule_files or []
+        check_distinct(self.addresses())  # the harness refuses to start with two targets on one address
+
+    def addresses(self) -> list[str]:
+        return [address for address, _labels in self.slot_targets]
 
     def config(self) -> dict[str, Any]:
         config = super().config()

@@ -1,4 +1,4 @@
-"""The informer against the simulated cluster (app/sim): real HTTP and resourceVersions. ``Env`` starts an
+"""The informer against the simulated cluster (kubesim): real HTTP and resourceVersions. ``Env`` starts an
 informer over TrainJobs with a recording handler; ``informer_env`` gives one on a fresh cluster and stops
 the informer afterwards."""
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import re
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.support.slots import check_distinct
 from tests.support.waiting import wait_for as support_wait_for
 
 PROMETHEUS = shutil.which("prometheus")
@@ -39,10 +40,25 @@ PROMETHEUS_ACCEPT = (
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def listening_ports(pid: int) -> list[int]:
+    """The TCP ports process ``pid`` listens on: its socket descriptors' inodes, looked up among the
+    listening sockets of ``/proc/<pid>/net/tcp`` and ``tcp6`` (Linux)."""
+    inodes = set()
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+    ports = []
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                # local_address (hex ip:port), st (0A = LISTEN), inode
+                if len(fields) > 9 and fields[3] == "0A" and fields[9] in inodes:
+                    ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(set(ports))
 
 
 def wait_for(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.2) -> T:
@@ -103,40 +119,53 @@ class Prometheus:
         }
 
     def start(self, timeout: float = 30.0) -> None:
+        """Start Prometheus listening on a port the kernel picks (``127.0.0.1:0``), and find that port
+        from the process's own listening socket (``listening_ports``). Nothing else can hold it, and
+        Prometheus cannot take one of a harness's held scrape targets (tests/support/slots.py): the
+        kernel never gives a port that has a bound socket to ``bind(0)``."""
         assert PROMETHEUS is not None
+        check_distinct(self.addresses())
         config_file = self.workdir / "prometheus.yml"
         config_file.write_text(yaml.safe_dump(self.config()))
-        for _attempt in range(3):  # a port taken between free_port() and the bind: try another one
-            self.port = free_port()
-            data = self.workdir / f"data-{self.port}"
-            with self.log_path.open("ab") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        PROMETHEUS,
-                        f"--config.file={config_file}",
-                        f"--storage.tsdb.path={data}",
-                        f"--web.listen-address=127.0.0.1:{self.port}",
-                        "--storage.tsdb.retention.time=1h",
-                        "--log.level=warn",
-                        *([f"--enable-feature={','.join(self.features)}"] if self.features else []),
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
+        data = self.workdir / "data"
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    PROMETHEUS,
+                    f"--config.file={config_file}",
+                    f"--storage.tsdb.path={data}",
+                    "--web.listen-address=127.0.0.1:0",
+                    "--storage.tsdb.retention.time=1h",
+                    "--log.level=warn",
+                    *([f"--enable-feature={','.join(self.features)}"] if self.features else []),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        proc = self.proc
+
+        def listening() -> int | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"Prometheus exited ({proc.returncode}):\n{self.log_tail()}")
+            ports = listening_ports(proc.pid)
+            return ports[0] if len(ports) == 1 else None
+
+        try:
+            self.port = wait_for(listening, timeout=timeout, what="Prometheus listening", interval=0.05)
             self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10.0)
-            check = functools.partial(_ready_or_exited, self.proc, self.http)
-            try:
-                outcome = wait_for(check, timeout=timeout, what="Prometheus /-/ready", interval=0.1)
-            except AssertionError:
-                self.stop()
-                raise AssertionError(f"Prometheus not ready after {timeout}s:\n{self.log_tail()}") from None
-            if outcome == "ready":
-                return
+            check = functools.partial(_ready_or_exited, proc, self.http)
+            outcome = wait_for(check, timeout=timeout, what="Prometheus /-/ready", interval=0.1)
+        except AssertionError as exc:
             self.stop()
-            if "address already in use" not in self.log_tail():
-                break
-        raise AssertionError(f"Prometheus did not start:\n{self.log_tail()}")
+            raise AssertionError(f"Prometheus did not start: {exc}\n{self.log_tail()}") from None
+        if outcome != "ready":
+            self.stop()
+            raise AssertionError(f"Prometheus did not start:\n{self.log_tail()}")
+
+    def addresses(self) -> list[str]:
+        """Every scrape target's address (two equal ones would scrape one server under two labels)."""
+        return [address for address, _labels in self.targets.values()]
 
     def stop(self) -> None:
         if self.http is not None:

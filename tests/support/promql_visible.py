@@ -12,6 +12,7 @@ Used by tests/e2e/test_promql_exact.py and, over its whole run, by the chaos soa
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,11 +25,16 @@ from kubesim.trainer.truth_records import TruthSnapshot
 __all__ = [
     "COUNTED",
     "Comparison",
+    "Decrease",
     "Raw",
+    "RawSeries",
     "allowance_of",
     "born_above_zero",
     "compare",
+    "decreases",
     "event_increments",
+    "increments_of",
+    "raw_series",
     "select_range",
     "truth_increments",
     "visible_increase",
@@ -91,14 +97,52 @@ def visible_increments(
 ) -> Table:
     """Per sample name, per key of the metric's own labels: the increments PromQL can see, summed over
     every series (every replica, every leader term) with samples in the range."""
+    return increments_of({name: raw_series(prom, name, at, seconds, selector) for name in names}, names)
+
+
+RawSeries = Mapping[str, Sequence[Mapping[str, Any]]]  # sample name -> its series as the API returns them
+
+
+def increments_of(
+    raw: RawSeries, names: Sequence[str] | None = None, *, target: tuple[str, str] | None = None
+) -> Table:
+    """``visible_increments`` of series already read (``raw_series`` per name); with ``target`` (a target
+    label and its value, e.g. ``("pod", "slot-3")``) only the series of that target."""
     out: Table = {}
-    for name in names:
+    for name in names or tuple(raw):
         by_key: dict[Key, float] = defaultdict(float)
-        for series in raw_series(prom, name, at, seconds, selector):
+        for series in raw.get(name, ()):
             metric = series["metric"]
+            if target is not None and metric.get(target[0]) != target[1]:
+                continue
             key = tuple(metric.get(label, "") for label in COUNTED[name])
             by_key[key] += visible_increase(float(v) for _, v in series["values"])
         out[name] = {k: v for k, v in by_key.items() if v}
+    return out
+
+
+@dataclass(frozen=True)
+class Decrease:
+    """Two consecutive samples of one series, the second below the first."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    before: tuple[float, float]  # (timestamp, value)
+    after: tuple[float, float]
+
+
+def decreases(raw: RawSeries) -> list[Decrease]:
+    """Every place a stored series went down: for a counter (or a histogram's count), a reset. A replica
+    starts each leader term from zero, so that is where its series may go down; anywhere else it means
+    the target's samples came from two servers (two targets on one address) or a count was taken back."""
+    out = []
+    for name, series_list in raw.items():
+        for series in series_list:
+            labels = tuple(sorted((k, v) for k, v in series["metric"].items() if k != "__name__"))
+            values = [(float(ts), float(v)) for ts, v in series["values"]]
+            for before, after in itertools.pairwise(values):
+                if after[1] < before[1]:
+                    out.append(Decrease(name, labels, before, after))
     return out
 
 
@@ -196,11 +240,17 @@ def compare(
 
 
 def event_increments(event: CountableEvent) -> list[tuple[str, Key, float]]:
-    """What one counted event adds, per sample name and key (for an allowance of events that may count
-    twice, e.g. a killed leader's)."""
+    """What one counted event adds, per sample name and key, as the metric state counts it
+    (app/metrics/trainer_metrics.py: a request above the ceilings is counted created and not observed, a
+    duration that is not finite is not observed). For an allowance of events that may count twice (a
+    killed leader's), and for the chaos soak's record of what each replica counted."""
     if isinstance(event, JobStarted):
+        if not math.isfinite(event.startup_seconds):
+            return []
         return [("kubeflow_trainer_trainjob_startup_seconds_count", (event.runtime_ref,), 1.0)]
     if isinstance(event, JobAdmitted):
+        if not math.isfinite(event.wait_seconds):
+            return []
         wait = max(event.wait_seconds, 0.0)
         return [
             ("kubeflow_trainer_trainjob_admission_wait_seconds_count", (event.runtime_ref,), 1.0),
@@ -209,14 +259,19 @@ def event_increments(event: CountableEvent) -> list[tuple[str, Key, float]]:
     if isinstance(event, JobCreated):
         ref = event.runtime_ref
         created: list[tuple[str, Key, float]] = [
-            ("kubeflow_trainer_trainjob_created_total", (event.namespace, ref), 1.0),
-            ("kubeflow_trainer_trainjob_requested_training_nodes_per_job_count", (ref,), 1.0),
-            (
-                "kubeflow_trainer_trainjob_requested_training_nodes_per_job_sum",
-                (ref,),
-                float(event.requested_nodes),
-            ),
+            ("kubeflow_trainer_trainjob_created_total", (event.namespace, ref), 1.0)
         ]
+        if event.nodes_observed:
+            created.append(("kubeflow_trainer_trainjob_requested_training_nodes_per_job_count", (ref,), 1.0))
+            created.append(
+                (
+                    "kubeflow_trainer_trainjob_requested_training_nodes_per_job_sum",
+                    (ref,),
+                    float(event.requested_nodes),
+                )
+            )
+        if not event.accelerators_observed:
+            return created
         for accelerator_class, count in event.accelerators:  # one observation per class requested
             accel: Key = (accelerator_class, ref)
             created.append(("kubeflow_trainer_trainjob_requested_accelerators_count", accel, 1.0))

@@ -1,0 +1,138 @@
+"""What the chaos soak records of one replica, as plain records, wherever the replica runs.
+
+``install_tap(service, emit)`` wraps a few methods of one ``Service`` (the same wrappers the soak has always
+used) and calls ``emit`` with a small dict for each thing the soak's checks need; it keeps nothing itself.
+In the soak's own process ``emit`` is the soak's handler; in a replica process of its own
+(tests/chaos/replica_proc.py) it writes one JSON line per record to a pipe the soak reads. Records:
+
+* ``term_start`` (``floor``: the watermark the term counts from, None if nothing known) before the journal
+  starts leading, so that the replays of the take-over come after it; ``term_stop`` once it stopped;
+* ``count``: every countable event the journal counted (``journal._count``: live, replayed at a take-over,
+  or settled), with its kind, uid, rv and what it adds to each counter and histogram sample
+  (``promql_visible.event_increments``): the counts of a term are the sum of its ``count`` records;
+* ``settle``: a held edge settled by the leader (counted, or found already counted);
+* ``initial`` / ``relist`` of the TrainJob informer: its initial list's rv; the rv it held before a relist
+  and the rv of the list (which edges it could not have seen);
+* ``status`` (``status_record``, sent by a replica process every 0.1 s): leading, ready, watching, the
+  TrainJob informers' rvs, pending creations, held series, whether every count was seen, liveness.
+
+Every record has ``k`` (its kind) and ``t`` (``time.monotonic()``: one clock for every process of the host).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.replica.service import Service
+from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
+from tests.support.promql_visible import event_increments
+
+Record = dict[str, Any]
+Emit = Callable[[Record], None]
+
+
+def event_kind(event: CountableEvent) -> str:
+    if isinstance(event, JobCreated):
+        return "created"
+    if isinstance(event, JobFinished):
+        return "finished"
+    if isinstance(event, JobStarted):
+        return "started"
+    if isinstance(event, JobAdmitted):
+        return "admitted"
+    return type(event).__name__
+
+
+def _floor(previous: int | Mapping[str, int] | None) -> int | None:
+    """The floor a term counts from, for the single TrainJob stream of a watch over all namespaces."""
+    if previous is None or isinstance(previous, int):
+        return previous
+    return previous.get("", max(previous.values(), default=None)) if previous else None
+
+
+def install_tap(service: Service, emit: Emit) -> None:
+    """Wrap ``service``'s journal (before ``start``); ``attach_informers`` after ``start`` returns."""
+    journal = service.journal
+    start_leading, stop_leading = journal.start_leading, journal.stop_leading
+    orig_count, orig_settle = journal._count, journal.settle
+
+    def start(previous_watermark: int | Mapping[str, int] | None) -> int:
+        floor = _floor(previous_watermark)
+        emit({"k": "term_start", "t": time.monotonic(), "wall": time.time(), "floor": floor})
+        return start_leading(previous_watermark)
+
+    def stop(seen: Mapping[str, int] | None = None) -> int | None:
+        was_leading = journal.leading
+        result = stop_leading(seen)
+        if was_leading:
+            emit({"k": "term_stop", "t": time.monotonic(), "wall": time.time()})
+        return result
+
+    def counted(event: CountableEvent) -> None:
+        orig_count(event)
+        emit(
+            {
+                "k": "count",
+                "t": time.monotonic(),
+                "kind": event_kind(event),
+                "uid": str(event.uid),
+                "rv": event.rv,
+                "since": event.since,  # a relist found it: the rv its informer held before the gap
+                "inc": [
+                    [name, list(key), amount]
+                    for name, key, amount in event_increments(event)
+                    if math.isfinite(amount)
+                ],
+            }
+        )
+
+    def settled(event: CountableEvent, count: bool) -> None:
+        if journal.leading and not journal.paused:
+            emit({"k": "settle", "t": time.monotonic(), "count": count})
+        orig_settle(event, count)
+
+    journal.start_leading = start  # type: ignore[method-assign]
+    journal.stop_leading = stop  # type: ignore[method-assign]
+    journal._count = counted  # type: ignore[method-assign]
+    journal.settle = settled  # type: ignore[method-assign]
+
+
+def attach_informers(service: Service, emit: Emit) -> None:
+    """The TrainJob informer's initial list and relists (one watch over all namespaces)."""
+    for informer in service._trainjob_informers[:1]:
+        if informer.synced:  # listed already (the caller yielded to the loop after start)
+            emit({"k": "initial", "t": time.monotonic(), "rv": int(informer.resource_version or 0)})
+
+        def relisted(
+            items: Any, list_rv: str, unusable: Any, inf: Any = informer, orig: Any = informer._ingest.replace
+        ) -> None:
+            before = int(inf.resource_version or 0)
+            listed = int(list_rv) if list_rv.isdigit() else before
+            if not inf.synced:
+                emit({"k": "initial", "t": time.monotonic(), "rv": listed})
+            else:
+                emit({"k": "relist", "t": time.monotonic(), "before": before, "listed": listed})
+            orig(items, list_rv, unusable)
+
+        informer._ingest.replace = relisted  # type: ignore[method-assign]
+
+
+def status_record(service: Service) -> Record:
+    """What the soak polls of a replica: its leadership, readiness (what /readyz answers), the state of its
+    watches and of its counts, liveness."""
+    return {
+        "k": "status",
+        "t": time.monotonic(),
+        "leading": service.journal.leading,
+        "ready": not service.readiness_problems(),
+        "watching": all(i.watching for i in service.informers),
+        "rvs": [int(i.resource_version or 0) for i in service._trainjob_informers],
+        "pending": service.state.pending_count,
+        "held": service.metric_state.held_series,
+        "all_seen": service.ledger.all_seen(),
+        "liveness": service.liveness_problems(),
+        "dead": [task.get_name() for task in service._tasks if task.done()],
+    }
