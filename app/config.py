@@ -1,6 +1,6 @@
 """Service configuration, read from the environment (prefix ``TRAINER_METRICS_``) and CLI flags.
 
-Every field is documented in the README's configuration table; a test keeps the two in step.
+Every field is documented in the table of docs/configuration.md; a test keeps the two in step.
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ class Settings(BaseSettings):
         "beyond it they become `unknown`.",
     )
     # Which resources are accelerators, and how many distinct accelerator classes and failure reasons become
-    # label values (README, "Metrics reference"); the caps bound cardinality against odd clusters.
+    # label values (docs/metrics.md); the caps bound cardinality against odd clusters.
     accelerator_resource_patterns: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_ACCELERATOR_PATTERNS),
         max_length=MAX_ACCELERATOR_PATTERNS,
@@ -264,8 +264,9 @@ class Settings(BaseSettings):
         le=10_000_000,
         description="Countable events a follower remembers for a gap-free takeover.",
     )
-    # What PromQL sees (README, "How counting works"): a new counter/histogram series is served as 0 this
-    # long before its real values, and a count is handed over as seen only this long after a scrape showed it.
+    # What PromQL sees (docs/metrics.md, "How counting works"): a new counter/histogram series is served as 0
+    # this long before its real values, and a count is handed over as seen only this long after a scrape
+    # showed it.
     zero_hold_seconds: float = Field(
         default=60.0,
         ge=0,
@@ -276,7 +277,7 @@ class Settings(BaseSettings):
         "(PromQL never counts a series' first sample). At least the scrape interval; 2x tolerates one "
         "failed scrape.",
     )
-    # README, "From a panel to the job": the TrainJob behind each histogram bucket and counter.
+    # docs/metrics.md, "From a panel to the job": the TrainJob behind each histogram bucket and counter.
     exemplars: bool = Field(
         default=True,
         description="Attach to every Trainer histogram bucket and to the created and finished counters the "
@@ -292,7 +293,7 @@ class Settings(BaseSettings):
         "show its last counts before it releases the Lease (default 3 x zero_hold_seconds + 5; 0: no wait).",
     )
 
-    # --- Per-TrainJob series (opt-in; README, "Metrics reference") ------------------------------
+    # --- Per-TrainJob series (opt-in; docs/metrics.md, "Per-TrainJob series") ---------------------
     per_trainjob_series: bool | None = Field(
         default=None,
         description="Export one set of gauges per TrainJob (info, state, created time and, from "

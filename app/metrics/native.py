@@ -2,7 +2,7 @@
 
 Prometheus' native histograms (served in the protobuf exposition only) have bucket boundaries at the powers
 of ``2 ** (2 ** -schema)``: bucket ``i`` holds the observations in ``(base ** (i - 1), base ** i]``. The
-choices here (README, "Native histograms"):
+choices here (docs/metrics.md, "Native histograms"):
 
 * ``SCHEMA`` 3: each power of two in 8 buckets, a bucket 9.05 % wide (``2 ** (1/8)``), so a quantile is
   known within about 9 % (histogram_quantile interpolates inside the bucket holding the rank) over any

@@ -5,7 +5,7 @@ exist, in which order, and what a Trainer event does to them. A scrape costs not
 (docs/design/product.md §6, invariant 7). :class:`TrainerCollector` exposes the same state as a
 regular prometheus-client ``Collector``: the tests compare its exposition with ours byte for byte.
 
-What PromQL sees (README, "How counting works"). With a ``zero_hold`` every counter and histogram
+What PromQL sees (docs/metrics.md, "How counting works"). With a ``zero_hold`` every counter and histogram
 series is born at zero: ``render_text`` / ``render_openmetrics`` are the *served* renders (one per
 scrape), and a series they show for the first time is shown with all its values 0 for ``zero_hold``
 seconds of served renders before its real values (app/metrics/series.py). Each leader term counts from

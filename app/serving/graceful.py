@@ -3,8 +3,8 @@
 uvicorn's first SIGTERM (or SIGINT) stops accepting connections at once and closes idle keep-alive ones,
 before the application's lifespan shutdown runs: a leader stopping there could not be scraped any more.
 But the counts it made after the last scrape that reached it exist for PromQL only once a scrape shows
-them (README, "How counting works"). So the first signal runs ``Service.hand_over()`` first, with the
-server still serving: the leader stops counting, waits (bounded) until every scraper has seen its last
+them (docs/metrics.md, "How counting works"). So the first signal runs ``Service.hand_over()`` first, with
+the server still serving: the leader stops counting, waits (bounded) until every scraper has seen its last
 counts, and only then lets uvicorn shut down; the lifespan's ``Service.stop()`` then releases the Lease
 with the served watermarks. A second signal during the wait shuts down at once.
 

@@ -1165,7 +1165,7 @@ def test_dashboard_ranges_follow_the_zoom_except_for_rare_events() -> None:
 
 
 def test_dashboard_shows_exemplars_on_the_lifetime_and_time_to_running_panels() -> None:
-    """From a panel to the job (README): Grafana draws the exemplars of these queries as points."""
+    """From a panel to the job (docs/metrics.md): Grafana draws the exemplars of these queries as points."""
     dashboard = json.loads((CHART_DIR / "files" / "dashboard.json").read_text())
     flagged = {
         (panel["title"], target["refId"])

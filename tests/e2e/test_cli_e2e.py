@@ -201,8 +201,9 @@ def test_counters_in_prometheus_are_bracketed_by_the_services_own_metrics(cli: C
             v for (n, _), v in counters(text).items() if n == "kubeflow_trainer_trainjob_created_total"
         )
 
-    # Series are born at zero for ZERO_HOLD_SECONDS after their first served render (README, "How counting
-    # works"): wait until a created count is past its hold, so the bracket below compares real values.
+    # Series are born at zero for ZERO_HOLD_SECONDS after their first served render (docs/metrics.md,
+    # "How counting works"): wait until a created count is past its hold, so the bracket below compares real
+    # values.
     wait_for(created_shown, timeout=60, what="a created count past its born-at-zero hold")
     before = counters(httpx.get(f"{cli.url}/metrics", timeout=10.0).text)
     t_before = time.time()  # after the read: a scrape that starts later is served after it

@@ -1,7 +1,8 @@
 """End to end with a real Prometheus: the service (in-process, on the simulated cluster, driven by a seeded
 workload generator) is scraped by Prometheus every second; the tests read everything back through
 Prometheus' HTTP API and compare it with the service's own /metrics and with the generator's ground truth,
-then run every PromQL expression the project ships (README examples, alerts, Grafana dashboard) against it.
+then run every PromQL expression the project ships (the README's and docs/metrics.md's examples, alerts,
+Grafana dashboard) against it.
 
 One Prometheus and one service for the module (fixture ``e2e``): start the service, wait until it leads,
 start Prometheus, start the generator (its truth snapshot at that moment is where the service's counters
@@ -26,6 +27,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from kubesim.trainer.truth_records import TruthSnapshot
+from tests.support.markdown import promql_examples
 from tests.support.prom import (
     PROMETHEUS_ACCEPT,
     SCRAPE_INTERVAL_SECONDS,
@@ -44,6 +46,7 @@ pytestmark = requires_prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+METRICS_DOC = ROOT / "docs" / "metrics.md"
 ALERTS_FILE = ROOT / "helm" / "trainer-metrics" / "files" / "alerts.yaml"
 DASHBOARD_FILE = ROOT / "helm" / "trainer-metrics" / "files" / "dashboard.json"
 
@@ -368,25 +371,19 @@ def test_one_leader_and_synced_informers(e2e: E2E) -> None:
 # --- 2. every shipped PromQL expression parses and returns data -------------------------------------------
 
 
-def readme_promql() -> list[str]:
-    """The expressions of the ```promql block in the README's "Metrics reference" section."""
-    text = README.read_text()
-    section = text.split("## Metrics reference", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```promql\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 1, "expected one ```promql block in the Metrics reference"
-    exprs = []
-    for chunk in re.split(r"\n\s*\n", blocks[0]):
-        lines = [line for line in chunk.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-        if lines:
-            exprs.append("\n".join(lines))
-    return exprs
+def documented_promql() -> list[str]:
+    """The PromQL examples of docs/metrics.md (the metrics reference) and of the README's summary."""
+    reference = promql_examples(METRICS_DOC.read_text())
+    assert len(reference) >= 10, f"docs/metrics.md: expected its PromQL examples, found {reference}"
+    readme = promql_examples(README.read_text())
+    assert readme, "the README has no ```promql block"
+    return list(dict.fromkeys(reference + readme))
 
 
-def test_readme_promql_examples_return_data(e2e: E2E) -> None:
-    exprs = readme_promql()
-    assert len(exprs) >= 10, exprs
+def test_documented_promql_examples_return_data(e2e: E2E) -> None:
+    exprs = documented_promql()
     failures = []
-    for expr in exprs:  # the README's exact text, windows included ([1h] works with a few samples)
+    for expr in exprs:  # the documents' exact text, windows included ([1h] works with a few samples)
         try:
             result = e2e.prom.query(expr, e2e.eval_time)
         except AssertionError as exc:
@@ -396,7 +393,7 @@ def test_readme_promql_examples_return_data(e2e: E2E) -> None:
             failures.append(f"{expr}\n    -> no data (result: {result})")
         elif missing := missing_grouping_labels(expr, result):
             failures.append(f"{expr}\n    -> no series has the grouping label(s) {sorted(missing)}")
-    assert not failures, "README PromQL examples:\n" + "\n".join(failures)
+    assert not failures, "README and docs/metrics.md PromQL examples:\n" + "\n".join(failures)
     assert e2e.prom.scalar("sum(trainer_metrics_leader)", e2e.eval_time) == 1.0  # "exactly one leader"
 
 

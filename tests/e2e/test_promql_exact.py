@@ -9,7 +9,7 @@ kill and a rolling restart of every replica: every leader term's series are new 
 and born at zero; a leader hands over what a scrape showed, not what it counted. Graceful hand-overs are
 exact; the kill may show what the killed leader counted above its last published watermark twice (the
 documented allowance), never less than the truth. The chart's alert on the trainjobs gauge keeps its
-``for:`` state (``ALERTS_FOR_STATE``) across all of it (README, "How counting works")."""
+``for:`` state (``ALERTS_FOR_STATE``) across all of it (docs/metrics.md, "How counting works")."""
 
 from __future__ import annotations
 

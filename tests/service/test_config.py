@@ -12,7 +12,9 @@ from app.config import ENV_PREFIX, SIM_ENV_PREFIX, Settings, SettingsError, load
 from app.trainer.rules import DEFAULT_ACCELERATOR_PATTERNS
 from kubesim.trainer.settings import SimSettings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"  # the full table; the README has the common settings
 
 
 def test_defaults_follow_client_go_lease_timings() -> None:
@@ -102,23 +104,44 @@ def test_simulate_mode_settings_are_checked_apart_from_the_service(
     assert not [n for n in unknown_env_vars() if n.startswith(SIM_ENV_PREFIX)]
 
 
-def test_readme_configuration_table_lists_every_setting() -> None:
-    text = README.read_text()
-    documented = set(re.findall(r"`(TRAINER_METRICS_[A-Z_]+)`", text))
+def all_settings() -> set[str]:
     expected = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
-    expected |= {SIM_ENV_PREFIX + name.upper() for name in SimSettings.model_fields}
-    assert expected <= documented, f"missing from README: {sorted(expected - documented)}"
+    return expected | {SIM_ENV_PREFIX + name.upper() for name in SimSettings.model_fields}
+
+
+def test_configuration_table_lists_every_setting() -> None:
+    """docs/configuration.md's table has one row per setting, and no row for a setting that does not exist."""
+    rows = re.findall(r"^\| `(TRAINER_METRICS_[A-Z_]+)` \|", CONFIGURATION.read_text(), flags=re.M)
+    documented = set(rows)
+    assert len(rows) == len(documented), f"a setting has two rows: {sorted(rows)}"
+    expected = all_settings()
+    assert expected <= documented, f"missing from docs/configuration.md: {sorted(expected - documented)}"
     assert documented - expected == set(), (
-        f"README documents unknown settings: {sorted(documented - expected)}"
+        f"docs/configuration.md documents unknown settings: {sorted(documented - expected)}"
     )
 
 
-def test_readme_states_the_default_accelerator_patterns() -> None:
-    """The README's row of ACCELERATOR_RESOURCE_PATTERNS spells the default list (issue 22: device resources
-    only), so the documentation cannot drift from rules.DEFAULT_ACCELERATOR_PATTERNS."""
+@pytest.mark.parametrize("doc", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+def test_every_setting_the_documentation_names_exists(doc: str) -> None:
+    """The README's table of common settings, and any setting named in the README or docs/, is a real one."""
+    path = ROOT / doc if doc == "README.md" else ROOT / "docs" / doc
+    named = set(re.findall(r"\b(TRAINER_METRICS_[A-Z_]*[A-Z])\b", path.read_text()))
+    assert named - all_settings() == set(), f"{doc} names unknown settings: {sorted(named - all_settings())}"
+
+
+def test_readme_has_the_common_settings_and_links_the_full_table() -> None:
+    section = README.read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(TRAINER_METRICS_[A-Z_]+)`", section, flags=re.M)
+    assert 8 <= len(rows) <= 14, rows
+    assert "(docs/configuration.md)" in section
+
+
+def test_configuration_table_states_the_default_accelerator_patterns() -> None:
+    """docs/configuration.md's row of ACCELERATOR_RESOURCE_PATTERNS spells the default list (issue 22: device
+    resources only), so the documentation cannot drift from rules.DEFAULT_ACCELERATOR_PATTERNS."""
     row = next(
         line
-        for line in README.read_text().splitlines()
+        for line in CONFIGURATION.read_text().splitlines()
         if line.startswith("| `TRAINER_METRICS_ACCELERATOR_RESOURCE_")
     )
     assert f"`{','.join(DEFAULT_ACCELERATOR_PATTERNS)}`" in row

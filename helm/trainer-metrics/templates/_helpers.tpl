@@ -284,10 +284,10 @@ scrapeClassicHistograms: {{ .Values.serviceMonitor.scrapeClassicHistograms }}
 {{- end }}
 
 {{/*
-The zero hold (TRAINER_METRICS_ZERO_HOLD_SECONDS; README, "How counting works"): config.zero_hold_seconds
-when set, else twice the ServiceMonitor/PodMonitor scrape interval, so that every Prometheus scraping at that
-interval stores each new series' 0 first, with one failed scrape tolerated (at most 600, the service's
-maximum). Empty when neither says anything (the service's default then).
+The zero hold (TRAINER_METRICS_ZERO_HOLD_SECONDS; docs/metrics.md, "How counting works"):
+config.zero_hold_seconds when set, else twice the ServiceMonitor/PodMonitor scrape interval, so that every
+Prometheus scraping at that interval stores each new series' 0 first, with one failed scrape tolerated (at
+most 600, the service's maximum). Empty when neither says anything (the service's default then).
 */}}
 {{- define "trainer-metrics.zeroHoldSeconds" -}}
 {{- $set := dig "zero_hold_seconds" nil .Values.config }}
