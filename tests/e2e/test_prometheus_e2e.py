@@ -60,7 +60,7 @@ TARGET_LABELS = {
 }
 SEED = 20240611
 RUN_SECONDS = 12.0
-GENERATOR_RATE = 20.0  # steps/s: ~240 steps, dozens of TrainJobs created and finished
+GENERATOR_RATE = 40.0  # steps/s: ~480 steps; a step moves one job one stage on, so dozens finish
 # Grafana's $__rate_interval is max($__interval + scrape interval, 4 x scrape interval); a little more here
 # so that a scrape delayed by a busy machine still leaves two samples in each window.
 RATE_INTERVAL = f"{10 * SCRAPE_INTERVAL_SECONDS}s"
@@ -207,7 +207,8 @@ def settled(service: InProcessService, before: TruthSnapshot, after: TruthSnapsh
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
-    service = InProcessService(seed=SEED, max_jobs=80, populate=40, time_warp=600.0)
+    # Most of the population exists (and much of it runs) before the workload starts: enough jobs finish.
+    service = InProcessService(seed=SEED, max_jobs=120, populate=80, time_warp=600.0)
     service.start()
     try:
 
