@@ -56,7 +56,7 @@ Limits:
   (``since``). When the floor lies between the two, the journal cannot tell whether the previous leader
   counted it: it holds the event as *uncertain* (``take_uncertain``) and app/handover/settle.py settles
   it from the TrainJobs as they were at the floor (``settle``); meanwhile the published watermark stays
-  below it.
+  at the floor (``watermarks``).
 * ``start_leading(None)`` means nothing is known about what was counted (no previous leader recorded
   a watermark): nothing remembered is replayed, only events from now on are counted; this prefers
   missing a few events over double counting an unknown number. Pass ``0`` instead when it is known
@@ -161,14 +161,19 @@ class CountJournal:
     def watermarks(self) -> dict[str, int]:
         """Highest rv counted per stream, as this replica knows it. Publish it with every Lease renewal.
 
-        While leading: max(previous watermark, rv of every event counted this term), per stream; held
-        below the lowest rv of an uncertain event not settled yet, so that a takeover meanwhile
-        reconsiders it."""
+        While leading: max(previous watermark, rv of every event counted this term), per stream; held at
+        the floor while an uncertain event of the stream is not settled yet, so that a takeover meanwhile
+        reconsiders it. Not merely below its rv: the edge happened somewhere after its ``since``; if the
+        previous leader did not count it, above the floor, possibly just above, where another replica's
+        watch saw it, and that replica would skip it under any higher watermark."""
         out = dict(self._watermarks)
-        for entry in self._uncertain.values():
-            stream = self._stream_of(entry.event)
-            if stream in out and entry.event.rv <= out[stream]:
-                out[stream] = entry.event.rv - 1
+        if self._uncertain:
+            floors = self._floors or {}
+            for entry in self._uncertain.values():
+                stream = self._stream_of(entry.event)
+                floor = floors.get(stream, floors.get(""))
+                if floor is not None and stream in out and floor < out[stream]:
+                    out[stream] = floor
         return out
 
     @property

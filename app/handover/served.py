@@ -15,6 +15,13 @@ that this term counted was *served*, which means:
 The next leader counts every remembered event above it (app/handover/journal.py): what a scrape did not
 show yet is counted again where a scrape will show it, and nothing is shown twice.
 
+"Every event with rv <= r" means every event that *may have happened* at or below ``r``, because the next
+leader compares its own copy of the event, seen on its own watch at the rv the edge happened at. An edge a
+relist found (``since`` set, app/trainer/events.py) carries the rv of the job as listed, which can be far
+above the edge: it happened somewhere after ``since``. So until it is seen it holds the watermark at
+``since``, not just below its ``rv``; otherwise a crash would leave its only count unseen while the next
+leader skipped its own copy, at an rv between the two, as counted (a lost increment).
+
 The ledger sits between the CountJournal and the TrainerMetricState (a ``TrainerSink``), so it sees exactly
 what is counted, in order. Costs: O(log n) per counted event; a served render costs O(events counted or
 released since the previous one). An event whose series is held waits in a list of that series until the
@@ -44,7 +51,7 @@ __all__ = ["ServedLedger", "ServedTarget"]
 log = logging.getLogger(__name__)
 
 SeriesRef = tuple[str, tuple[str, ...]]
-_Item = tuple[str, int]  # (stream, rv) of one counted event
+_Item = tuple[str, int]  # (stream, lowest rv it may have happened at) of one counted event
 
 
 class ServedTarget(Protocol):
@@ -103,7 +110,10 @@ class ServedLedger:
 
     def on_countable(self, event: CountableEvent) -> None:
         self._target.on_countable(event)
-        item = (self._stream_of(event), event.rv)
+        # Tracked at the lowest rv the edge may have happened at: an edge a relist found happened after
+        # ``since`` (app/trainer/events.py), and another replica's watch saw it there, not at ``rv``.
+        since = event.since
+        item = (self._stream_of(event), since + 1 if since else event.rv)
         heapq.heappush(self._heaps.setdefault(item[0], []), item[1])
         self._tracked += 1
         held = self._target.held_series_of(event)
@@ -141,8 +151,9 @@ class ServedLedger:
         return self.unseen == 0 and not self._stuck
 
     def watermarks(self, counted: Mapping[str, int]) -> dict[str, int]:
-        """The served watermarks: per stream of ``counted`` (the journal's, which already keeps below
-        its uncertain events), lowered below the lowest rv counted this term and not seen yet."""
+        """The served watermarks: per stream of ``counted`` (the journal's, which already keeps at the
+        floor while it holds uncertain events), lowered below the lowest rv at which an event counted this
+        term and not seen yet may have happened (``since`` + 1 for an edge a relist found)."""
         self._advance(self._clock())
         out = dict(counted)
         for stream, rv in out.items():

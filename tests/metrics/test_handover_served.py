@@ -7,6 +7,7 @@ import asyncio
 import signal
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 import uvicorn
 
@@ -84,6 +85,27 @@ def test_an_event_in_a_shown_series_is_not_delayed_by_a_newer_series() -> None:
     state.render_text()  # releases the new series
     clock.now += HOLD
     assert served(journal, ledger) == {"": 12}
+
+
+def test_an_edge_a_relist_found_holds_the_watermark_at_the_gap_until_it_is_seen() -> None:
+    """A relist found the edge on the job as listed at rv 150; it happened after the rv the informer held
+    before the gap (since 110). Another replica's watch saw it at its own rv, as low as 111: until a scrape
+    has shown this count, the watermark must not pass 110, or that replica skips the edge as counted."""
+    journal, ledger, state, clock = pipeline()
+    journal.start_leading(100)
+    state.render_text()
+    journal.on_countable(created(110))
+    for _ in range(3):
+        state.render_text()
+        clock.now += HOLD
+    assert served(journal, ledger) == {"": 110}
+    journal.on_countable(msgspec.structs.replace(created(150, uid="relisted"), since=110))
+    assert served(journal, ledger) == {"": 110}
+    state.render_text()
+    clock.now += HOLD - 0.001
+    assert served(journal, ledger) == {"": 110}
+    clock.now += 0.001
+    assert served(journal, ledger) == {"": 150}
 
 
 def test_nothing_is_seen_without_a_scrape() -> None:
