@@ -50,7 +50,9 @@ Limits:
   so such events are lost;
 * the watermark is the highest rv counted, and the skip rule assumes that an event with a lower rv
   than one already counted was counted too. Events of one watch stream arrive in rv order, so this
-  holds except for a relist racing the hand-over (its diff can surface an older-rv edge late).
+  holds except for a relist racing the hand-over (its diff can surface an older-rv edge late) and a
+  creation waiting for its runtime (app/trainer/pending.py): ``watermarks`` stays below the edges the
+  source has not handed over yet (``waiting``).
 * an edge that a replica's watch missed and its relist found carries the rv of the job's state in the
   list (``rv``), which can be later than the edge, and the rv the informer held before the gap
   (``since``). When the floor lies between the two, the journal cannot tell whether the previous leader
@@ -120,6 +122,7 @@ class CountJournal:
         telemetry: JournalTelemetry | None = None,
         stream_of: Callable[[CountableEvent], str] | None = None,
         on_uncertain: Callable[[], None] | None = None,
+        waiting: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         if journal_size < 0:
             raise ValueError("journal_size must be >= 0")
@@ -140,6 +143,10 @@ class CountJournal:
         # Uncertain events (see ``take_uncertain``), by id of the event, while leading.
         self._uncertain: dict[int, _Entry] = {}
         self._on_uncertain = on_uncertain
+        # Per stream, the lowest rv of an edge the source has seen and not handed over yet (a creation
+        # waiting for its runtime: TrainerState.waiting_rvs); it comes later, with a lower rv than events
+        # counted meanwhile.
+        self._waiting = waiting
         # Totals since the process started, also exported through telemetry.
         self.replayed = 0
         self.skipped = 0
@@ -165,8 +172,14 @@ class CountJournal:
         the floor while an uncertain event of the stream is not settled yet, so that a takeover meanwhile
         reconsiders it. Not merely below its rv: the edge happened somewhere after its ``since``; if the
         previous leader did not count it, above the floor, possibly just above, where another replica's
-        watch saw it, and that replica would skip it under any higher watermark."""
+        watch saw it, and that replica would skip it under any higher watermark. Held below an edge the
+        source has not handed over yet (``waiting``), too: it is counted when it comes, if leading, with
+        an rv below events counted already, and the next leader would skip its own copy of it."""
         out = dict(self._watermarks)
+        if self._waiting is not None:
+            for stream, rv in self._waiting().items():
+                if stream in out and rv <= out[stream]:
+                    out[stream] = rv - 1
         if self._uncertain:
             floors = self._floors or {}
             for entry in self._uncertain.values():

@@ -101,6 +101,8 @@ class Service:
             stream_of=stream_of,
             # The settler needs the journal, so it is built just below; it is called only while leading.
             on_uncertain=lambda: self.settler.schedule(),  # noqa: PLW0108
+            # Creations waiting for their runtime keep the watermark below them (the state is built below).
+            waiting=lambda: self.state.waiting_rvs(per_namespace=bool(settings.namespaces)),
         )
         self.settler = HeldEdgeSettler(self.journal, lambda: self.client, page_size=settings.list_page_size)
         self.lease_watermarks = LeaseWatermarks(settings.identity)

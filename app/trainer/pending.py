@@ -13,6 +13,7 @@ from collections import deque
 
 import msgspec
 
+from app.trainer.event_builder import rv_int
 from app.trainer.events import CountableEvent
 from app.trainer.projections import TrainJobProjection
 
@@ -73,3 +74,16 @@ class PendingCreated(dict[bytes | str, Waiting]):
     def take_for(self, raw_ref: str) -> list[Waiting]:
         """Remove and return the entries waiting for ``raw_ref``, oldest first."""
         return [self.take(uid) for uid in list(self._by_ref.get(raw_ref, ()))]
+
+    def lowest_rvs(self, per_namespace: bool) -> dict[str, int]:
+        """Per namespace label (all under "" unless ``per_namespace``), the lowest resourceVersion at which
+        a waiting created edge may have happened: its job's rv, or ``since`` + 1 when a relist found it
+        (app/trainer/events.py). The later edges of its job wait behind it. O(waiting)."""
+        out: dict[str, int] = {}
+        for entry in self.values():
+            job = entry.job
+            stream = job.namespace_label if per_namespace else ""
+            rv = entry.since + 1 if entry.since else rv_int(job.rv)
+            if rv < out.get(stream, rv + 1):
+                out[stream] = rv
+        return out

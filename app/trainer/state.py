@@ -252,6 +252,13 @@ class TrainerState:
         """JobCreated events waiting for their runtime."""
         return len(self._pending)
 
+    def waiting_rvs(self, per_namespace: bool) -> dict[str, int]:
+        """Per namespace label (all under "" unless ``per_namespace``), the lowest resourceVersion of an
+        edge seen and not emitted yet: a creation waiting for its runtime, and its job's edges behind it.
+        It reaches the sink later than events with higher rvs; a hand-over watermark must stay below it
+        until then (app/handover/journal.py, ``waiting``)."""
+        return self._pending.lowest_rvs(per_namespace)
+
     def jobs_gauge(self) -> dict[GaugeKey, int]:
         """A copy of the current TrainJob counts by effective (namespace, runtime_ref, state)."""
         return self._refs.counts()

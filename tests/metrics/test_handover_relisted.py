@@ -83,8 +83,13 @@ def manifest(name: str, rv: int, *, ns: str = "team-a", failed: bool = False) ->
     }
 
 
-def job(name: str, rv: int, *, ns: str = "team-a", failed: bool = False) -> TrainJobProjection:
-    p = TRAINJOB_PROJECTOR.from_json(manifest(name, rv, ns=ns, failed=failed))
+def job(
+    name: str, rv: int, *, ns: str = "team-a", failed: bool = False, runtime: str | None = None
+) -> TrainJobProjection:
+    obj = manifest(name, rv, ns=ns, failed=failed)
+    if runtime is not None:
+        obj["spec"]["runtimeRef"]["name"] = runtime
+    p = TRAINJOB_PROJECTOR.from_json(obj)
     assert p is not None
     return p
 
@@ -123,6 +128,7 @@ class Replica:
             self.ledger,
             journal_size=100,
             on_uncertain=lambda: self.settler.schedule(),  # noqa: PLW0108
+            waiting=lambda: self.state.waiting_rvs(per_namespace=False),
         )
         client = cast(KubeClient, api) if api is not None else None
         self.settler = HeldEdgeSettler(self.journal, lambda: client, page_size=50)
@@ -312,3 +318,38 @@ def test_a_held_edge_keeps_the_published_watermark_at_the_floor_until_it_is_sett
     assert published == {"": 100}, f"b publishes {published} while x, maybe just above its floor 100, is held"
     c.start_leading(published)
     assert [e.uid for e in c_sink.events] == ["x", "z"]  # x once; z twice, b's count above its watermark
+
+
+# --- an edge not emitted yet --------------------------------------------------------------------------
+
+
+def test_a_creation_waiting_for_its_runtime_keeps_a_killed_leaders_watermark_below_it() -> None:
+    """w is created at rv 20 with a runtime no replica knows yet: TrainerState holds its created edge for up
+    to 5 s (app/trainer/pending.py) and emits it, with rv 20, when the wait ends. Meanwhile z, created at 30,
+    is counted and seen, and a is killed. Had a published 30, b would skip its own copy of w's creation when
+    its wait ended, and nobody would count it."""
+    clock = Clock()
+    a, b = Replica("a", clock), Replica("b", clock)
+    a.lead(None)
+    for r in (a, b):
+        r.added(job("y", 10))
+    scrape_until_seen(clock, a)
+    for r in (a, b):
+        r.added(job("w", 20, runtime="late"))
+        r.added(job("z", 30))
+    a.scrape()  # shows z (its series is shown already)
+    clock.now += HOLD  # seen by every scraper; w still waits
+    assert a.state.pending_count == 1
+    lease = a.renew()  # killed right after
+    b.lead(lease)
+    clock.now += 5
+    b.state.flush_pending()
+    scrape_until_seen(clock, b)
+    created_by_ref = {
+        dict(labels)["runtime_ref"]: v for (name, labels), v in visible(a, b).items() if name == CREATED_TOTAL
+    }
+    late = "trainer.kubeflow.org/ClusterTrainingRuntime//late"
+    assert created_by_ref.get(late) == 1, (
+        f"PromQL sees {created_by_ref.get(late, 0):g} creations of w: a published "
+        f"{lease.annotations[WATERMARK_ANNOTATION]} while w waited at rv 20"
+    )

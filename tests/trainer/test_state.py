@@ -886,3 +886,19 @@ def test_a_relisted_creation_waiting_for_its_runtime_keeps_its_since() -> None:
         ("JobCreated", 7, 4),
         ("JobFinished", 8, 0),
     ]
+
+
+def test_waiting_creations_name_the_lowest_rv_they_may_have_happened_at() -> None:
+    """What keeps a hand-over watermark below the edges not emitted yet (app/handover/journal.py)."""
+    state, sink, clock = make(runtime_wait_seconds=5)
+    assert state.waiting_rvs(per_namespace=True) == {}
+    state.job_handler.on_added(job("a", runtime="late", rv=7), False)
+    state.job_handler.on_relist(4)
+    state.job_handler.on_added(job("b", runtime="late", rv=9, ns="team-b"), False)  # created in (4, 9]
+    state.job_handler.on_relist(None)
+    state.job_handler.on_added(job("c", runtime="late", rv=11, ns="team-b"), False)
+    assert state.waiting_rvs(per_namespace=True) == {"team-a": 7, "team-b": 5}
+    assert state.waiting_rvs(per_namespace=False) == {"": 5}
+    clock.now += 5
+    state.flush_pending()
+    assert state.waiting_rvs(per_namespace=False) == {} and len(sink.created) == 3
