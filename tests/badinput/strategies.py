@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from app.trainer import rules
 from app.trainer.events import GaugeKey
 from app.trainer.projections import RuntimeProjection, TrainJobProjection
+from app.trainer.quantity import NOT_A_COUNT
 from tests.support.sinks import RecordingSink
 
 HUGE = 100_000  # characters of a "huge" string
@@ -420,10 +421,14 @@ def accelerator_class_length_ok(cls: str) -> bool:
 
 
 def resources_ok(resources: rules.NodeResources) -> bool:
-    """A projection's resource lists: bounded, valid names, counts >= 0."""
+    """A projection's resource lists: bounded, valid names, counts >= 0 or NOT_A_COUNT (a size or a share
+    such as "8G" is kept so that it still overrides the runtime's value: app/trainer/rules/nodes.py)."""
     return all(
         len(entries) <= rules.MAX_RESOURCE_ENTRIES
-        and all(rules.is_resource_name(name) and isinstance(n, int) and n >= 0 for name, n in entries)
+        and all(
+            rules.is_resource_name(name) and isinstance(n, int) and (n >= 0 or n == NOT_A_COUNT)
+            for name, n in entries
+        )
         for entries in resources
     )
 

@@ -26,6 +26,7 @@ from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.prom import SCRAPE_INTERVAL_SECONDS
 from tests.support.waiting import eventually
+from tests.support.workload import drive
 
 T = TypeVar("T")
 
@@ -112,16 +113,15 @@ class InProcessService:
         future: Future[T] = asyncio.run_coroutine_threadsafe(run(), self._loop)
         return future.result(timeout)
 
-    def start_generator(self, rate: float) -> TruthSnapshot:
-        """Start the workload; returns the truth just before its first step."""
+    def start_generator(self, rate: float, *, lifecycles: bool = False) -> TruthSnapshot:
+        """Start the workload (tests.support.workload.drive); returns the truth just before its first step."""
 
         def go() -> TruthSnapshot:
             assert self.generator is not None and self._gen_task is None
             before = self.generator.snapshot()
             self._gen_stop = asyncio.Event()
-            self._gen_task = asyncio.create_task(
-                self.generator.run(rate, self._gen_stop), name="e2e generator"
-            )
+            work = drive(self.generator, rate, self._gen_stop, lifecycles=lifecycles)
+            self._gen_task = asyncio.create_task(work, name="e2e generator")
             return before
 
         return self.call(go)

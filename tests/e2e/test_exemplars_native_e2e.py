@@ -36,7 +36,8 @@ JOB = "trainer-metrics"
 TARGET_LABELS = {"namespace": "trainer-metrics-e2e", "pod": "trainer-metrics-0"}
 SEED = 20250625
 RUN_SECONDS = 12.0
-GENERATOR_RATE = 20.0
+GENERATOR_RATE = 20.0  # actions a second of complete lifecycles
+MIN_FINISHED = 12
 LIFETIME = "kubeflow_trainer_trainjob_lifetime_seconds"
 SEL = f'job="{JOB}"'
 BASE = 2.0 ** (2.0**-native.SCHEMA)  # a native bucket's width at the schema served (9.05 %)
@@ -98,8 +99,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                     timeout=30,
                     what="a first scrape with Trainer metrics",
                 )
-            before = service.start_generator(GENERATOR_RATE)
+            before = service.start_generator(GENERATOR_RATE, lifecycles=True)
             time.sleep(RUN_SECONDS)  # the workload's duration (scenario); what follows waits for settling
+            wait_for(  # ... and long enough for the jobs the tests read, however loaded the machine
+                lambda: len(service.truth().terminal_since(before)) >= MIN_FINISHED,
+                timeout=90,
+                what=f"{MIN_FINISHED} finished TrainJobs",
+            )
             service.stop_generator()
             after = service.truth()
             wait_for(lambda: settled(service, after, before), timeout=30, what="the service to settle")
@@ -113,7 +119,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
 def test_the_workload_finished_jobs_in_several_series(run: Run) -> None:
     finished = run.finished()
-    assert len(finished) >= 10
+    assert len(finished) >= MIN_FINISHED
     assert len({(f.result, f.runtime_ref) for f in finished}) >= 2
 
 

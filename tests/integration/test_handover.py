@@ -75,6 +75,29 @@ def workload_options() -> dict[str, Any]:
     return {"seed": 20260401, "max_jobs": 150, "populate": 60}
 
 
+def step_downs_before(
+    fleet: Fleet, identity: str, before: float, caplog: pytest.LogCaptureFixture
+) -> list[tuple[float, float]]:
+    """The windows from each time ``identity`` stopped leading before ``before`` to the next start of any
+    replica. On a loaded machine a renew round can begin past the renew deadline, and the leader then steps
+    down, as it must (app/kube/elector.py, ``_renew_round``); that gap is the elector's own, not the fault
+    under test. Each such stop must have logged that reason: any other early stop is a failure."""
+    early = [c.at for c in fleet.changes if c.identity == identity and not c.leading and c.at < before]
+    late_rounds = [
+        r
+        for r in caplog.records
+        if r.name == "app.kube.elector"
+        and f"{identity} stopped leading" in r.getMessage()
+        and ("renew deadline" in r.getMessage() or "renew_deadline" in r.getMessage())
+    ]
+    assert len(early) <= len(late_rounds), (early, [r.getMessage() for r in caplog.records])
+    windows = []
+    for stop in early:
+        restart = min((c.at for c in fleet.changes if c.leading and c.at > stop), default=before)
+        windows.append((stop, restart))
+    return windows
+
+
 @contextlib.asynccontextmanager
 async def generating(gen: WorkloadGenerator, rate: float = GENERATOR_RATE) -> AsyncIterator[None]:
     stop = asyncio.Event()
@@ -380,6 +403,8 @@ async def test_unresponsive_leader_stops_before_takeover(
     workload: WorkloadGenerator,
     tmp_path: Path,
     fault: str,
+    *,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     wall_minus_mono = time.time() - time.monotonic()
     async with Fleet(tmp_path) as fleet:
@@ -425,7 +450,7 @@ async def test_unresponsive_leader_stops_before_takeover(
             f"two leaders: b took over {took_over - pub.renew_monotonic:.3f} s after a's last renew while "
             f"a still led (a stopped: {a_stopped and a_stopped - pub.renew_monotonic})"
         )
-        sampler.assert_clean()
+        sampler.assert_clean(excused=step_downs_before(fleet, "a", faulted_at, caplog))
         a_last = sampler.last_exporting("a")
         b_first = sampler.first_exporting("b", faulted_at)
         assert a_last is not None and b_first is not None

@@ -41,6 +41,7 @@ from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.prom import Prometheus
 from tests.support.slots import SlotSockets, check_distinct
 from tests.support.waiting import eventually
+from tests.support.workload import drive
 
 T = TypeVar("T")
 
@@ -189,23 +190,14 @@ class Fleet:
         return self.call(lambda: self.live[identity].service.elector is not None)
 
     def start_generator(self, rate: float, *, lifecycles: bool = False) -> TruthSnapshot:
-        """Start the workload: ``rate`` random steps a second over the whole population, or (``lifecycles``)
-        complete TrainJob lifecycles, eight interleaved at a time, at ``rate`` actions a second. A random
-        step moves one job one stage on (initializers, capacity, training...), so a short run finishes few
-        jobs; lifecycles finish every job they create, with the controller's mix of outcomes."""
-
-        async def lifecycle_batches(gen: WorkloadGenerator, stop: asyncio.Event) -> int:
-            actions = 0
-            while not stop.is_set():
-                actions += await gen.run_lifecycles(8, concurrency=8, pause=1.0 / rate)
-            return actions
+        """Start the workload (tests.support.workload.drive); returns the truth just before its first step."""
 
         async def go() -> TruthSnapshot:
             gen = self.generator
             assert gen is not None and self._gen_task is None
             before = gen.snapshot()
             self._gen_stop = asyncio.Event()
-            work = lifecycle_batches(gen, self._gen_stop) if lifecycles else gen.run(rate, self._gen_stop)
+            work = drive(gen, rate, self._gen_stop, lifecycles=lifecycles)
             self._gen_task = asyncio.create_task(work, name="e2e generator")
             return before
 
