@@ -63,29 +63,36 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     versions expire) and one namespace per client; stopped (SIGTERM to its pid) at the end."""
     tmp = tmp_path_factory.mktemp("clients")
     kubeconfig = tmp / "kubeconfig"
-    log = (tmp / "sim.log").open("wb")
-    args = [sys.executable, "-m", "kubesim", "--port", "0", "--kubeconfig", str(kubeconfig), "--jobs", "30"]
+    args = ["--port", "0", "--kubeconfig", str(kubeconfig), "--jobs", "30"]
     args += ["--seed", "3", "--history-window", "300", "--bookmark-interval", "1", "--log-level", "WARNING"]
     for ns in NAMESPACES:
         args += ["--namespace", ns]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not kubeconfig.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"python -m kubesim did not start: {(tmp / 'sim.log').read_text()}")
-        time.sleep(0.1)
-    time.sleep(0.2)  # the file is complete once it exists (written in one call), but be sure
-    url = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-    try:
+    with running_kubesim(args, kubeconfig, tmp / "sim.log") as proc:
+        url = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
         yield Cluster(url, kubeconfig, proc)
-    finally:
-        proc.terminate()
+
+
+@contextlib.contextmanager
+def running_kubesim(args: list[str], kubeconfig: Path, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m kubesim <args>`` until its kubeconfig exists (written in one call once it serves), its
+    output in ``log_path``; stopped by SIGTERM to its pid on exit."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kubesim", *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            deadline = time.monotonic() + 60
+            while not kubeconfig.exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"python -m kubesim did not start: {log_path.read_text()}")
+                time.sleep(0.1)  # the poll interval of this wait
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def kubectl_binaries() -> dict[str, Path | None]:

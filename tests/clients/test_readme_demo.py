@@ -9,15 +9,13 @@ import os
 import re
 import shlex
 import subprocess
-import sys
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, VENV_BIN
+from .conftest import ROOT, VENV_BIN, running_kubesim
 
 README = ROOT / "README.md"
 
@@ -41,26 +39,12 @@ def demo_cluster(tmp_path: Path) -> Iterator[Path]:
     """`python -m kubesim` with the README's arguments, on a free port; stopped by its pid."""
     start = demo_block()[0]
     assert start.startswith(".venv/bin/python -m kubesim ") and start.endswith(" &"), start
-    args = shlex.split(start.removesuffix("&"))[1:]
+    args = shlex.split(start.removesuffix("&"))[3:]
     kubeconfig = tmp_path / "sim.kubeconfig"
     args[args.index("--port") + 1] = "0"
     args[args.index("--kubeconfig") + 1] = str(kubeconfig)
-    log = (tmp_path / "sim.log").open("wb")
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while not kubeconfig.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "sim.log").read_text()
-            time.sleep(0.1)
-        time.sleep(0.2)
+    with running_kubesim(args, kubeconfig, tmp_path / "sim.log"):
         yield kubeconfig
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def test_the_readme_s_kubectl_commands_work(demo_cluster: Path) -> None:

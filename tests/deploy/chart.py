@@ -3,10 +3,13 @@ Helm's Go SDK through libhelm_c, no helm binary), parse what it renders, and loo
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -19,6 +22,17 @@ FULLNAME = "tm-trainer-metrics"  # <release>-<chart>, the release name not conta
 SERVICE_ACCOUNT = FULLNAME
 
 Obj = dict[str, Any]
+
+
+def helm_script(name: str) -> ModuleType:
+    """helm/<name>.py, loaded by path: helm/ is not a Python package (and must not shadow anything named
+    helm)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "helm" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_yaml(path: Path) -> Any:

@@ -3,28 +3,14 @@ writes that table, and this test fails when README.md and values.yaml disagree o
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
-from .chart import CHART_DIR, ROOT
+from .chart import CHART_DIR, helm_script
 
-
-def _generator() -> ModuleType:
-    # helm/ is not a Python package (and must not shadow anything named helm): load the script by path.
-    spec = importlib.util.spec_from_file_location("values_readme", ROOT / "helm" / "values_readme.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _generator()
+gen = helm_script("values_readme")
 
 
 def test_readme_table_is_what_values_yaml_says() -> None:

@@ -8,20 +8,18 @@ manifests need. The base lists files only, and Debian's kubectl 1.20 (as in test
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from .chart import ROOT, Obj
+from .chart import ROOT, Obj, helm_script
 
 KUBE_VERSIONS = ["1.25", kubernetes_validate.latest_version()]
 CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate"}
@@ -32,17 +30,7 @@ KUBECTL_1_20 = Path(
 )
 
 
-def _generator() -> ModuleType:
-    # helm/ is not a Python package: load the script by path.
-    spec = importlib.util.spec_from_file_location("render_manifests", ROOT / "helm" / "render_manifests.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _generator()
+gen = helm_script("render_manifests")
 TARGETS = ["base", *sorted(gen.OVERLAYS)]
 
 

@@ -14,8 +14,12 @@ from typing import Any
 import msgspec
 import yaml
 
-from app.trainer.projections import RuntimeProjection
-from app.trainer.projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TRAINING_RUNTIME_PROJECTOR
+from app.trainer.projections import RuntimeProjection, TrainJobProjection
+from app.trainer.projectors import (
+    CLUSTER_TRAINING_RUNTIME_PROJECTOR,
+    TRAINING_RUNTIME_PROJECTOR,
+    TRAINJOB_PROJECTOR,
+)
 from kubesim.trainer.manifests import DATA_DIR
 
 DATA = DATA_DIR
@@ -98,5 +102,23 @@ def runtime(
         p = TRAINING_RUNTIME_PROJECTOR.from_json(obj)
     else:
         p = CLUSTER_TRAINING_RUNTIME_PROJECTOR.from_json(obj)
+    assert p is not None
+    return p
+
+
+def trainjob(name: str, spec: dict[str, Any]) -> TrainJobProjection:
+    """A TrainJob with ``spec`` in namespace team-a (uid ``uid-<name>``), as the informer projects it."""
+    p = TRAINJOB_PROJECTOR.from_json(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "team-a",
+                "uid": f"uid-{name}",
+                "resourceVersion": "10",
+                "creationTimestamp": "2025-06-01T10:00:00Z",
+            },
+            "spec": spec,
+        }
+    )
     assert p is not None
     return p

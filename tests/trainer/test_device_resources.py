@@ -17,10 +17,9 @@ import pytest
 
 from app.trainer import rules
 from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
-from tests.trainer.manifests import Clock, runtime
+from tests.trainer.manifests import Clock, runtime, trainjob
 
 # (resource name, is a device the default patterns count)
 RESOURCES: list[tuple[str, bool]] = [
@@ -100,20 +99,10 @@ def test_a_size_overrides_the_runtime_device_count(quantity: str) -> None:
 
 
 def _job(name: str, requests: dict[str, str]) -> TrainJobProjection:
-    p = TRAINJOB_PROJECTOR.from_json(
+    return trainjob(
+        name,
         {
-            "metadata": {
-                "name": name,
-                "namespace": "team-a",
-                "uid": f"uid-{name}",
-                "resourceVersion": "10",
-                "creationTimestamp": "2025-06-01T10:00:00Z",
-            },
-            "spec": {
-                "runtimeRef": {"name": "torch-distributed"},
-                "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": requests}},
-            },
-        }
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": requests}},
+        },
     )
-    assert p is not None
-    return p

@@ -18,30 +18,17 @@ import pytest
 
 from app.trainer.events import JobCreated
 from app.trainer.projections import RuntimeProjection, TrainJobProjection
-from app.trainer.projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TRAINJOB_PROJECTOR
+from app.trainer.projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
-from tests.trainer.manifests import Clock, runtime, runtime_doc
+from tests.trainer.manifests import Clock, runtime, runtime_doc, trainjob
 
 
 def _job(name: str, runtime_name: str, num_nodes: int | None, gpus: str = "1") -> TrainJobProjection:
     trainer: dict[str, Any] = {"resourcesPerNode": {"requests": {"nvidia.com/gpu": gpus}}}
     if num_nodes is not None:
         trainer["numNodes"] = num_nodes
-    p = TRAINJOB_PROJECTOR.from_json(
-        {
-            "metadata": {
-                "name": name,
-                "namespace": "team-a",
-                "uid": f"uid-{name}",
-                "resourceVersion": "10",
-                "creationTimestamp": "2025-06-01T10:00:00Z",
-            },
-            "spec": {"runtimeRef": {"name": runtime_name}, "trainer": trainer},
-        }
-    )
-    assert p is not None
-    return p
+    return trainjob(name, {"runtimeRef": {"name": runtime_name}, "trainer": trainer})
 
 
 def _created(rt: RuntimeProjection, num_nodes: list[int | None]) -> list[JobCreated]:
