@@ -64,7 +64,7 @@ from tests.support.harness import (
     wait_caught_up,
     wait_leading,
 )
-from tests.support.trainer_scenarios import play_every_shape
+from tests.support.trainer_scenarios import hold_initializers_downloading, play_every_shape
 from tests.support.trainer_shapes import SHAPES, ShapeCensus
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,7 @@ async def test_metrics_equal_generator_ground_truth(
             gen.step()
             if i % 4 == 0:
                 await asyncio.sleep(0)  # yield to the loop (the server streams the events): no waiting
+        downloading = hold_initializers_downloading(gen)  # last: nothing moves it on before the end
         written = time.monotonic() - started
         await wait_caught_up(r, sim.store, timeout=60)
         caught_up = time.monotonic() - started
@@ -207,6 +208,8 @@ async def test_metrics_equal_generator_ground_truth(
             )
         ]
         assert waiting, "no job waiting for capacity at the end of the run"
+        # ... and one whose initializers are ready (downloading): pending too, as the truth's table says.
+        assert after.jobs[(downloading.namespace, downloading.runtime.ref_label, "pending")] >= 1
         terminal_live = sum(v for (_, _, state), v in after.jobs.items() if state in ("succeeded", "failed"))
         snapshot = (await r.http.get("/debug/snapshot")).json()
         assert snapshot["terminal_entries"] == terminal_live

@@ -11,8 +11,10 @@ from typing import Any, Final
 from kubesim.trainer.gen_population import FINISHED, ORPHANED, RUNNING, SUSPENDED, JobRecord
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.jobset import BACKOFF_LIMIT_EXCEEDED, POD_FAILURE_POLICY
+from kubesim.trainer.kinds import TRAINJOBS
 from tests.support.trainer_shapes import (
     INITIALIZER_THEN_CAPACITY_WAIT,
+    INITIALIZERS,
     JOBSET_FAILURE,
     RESTARTED,
     ShapeCensus,
@@ -123,6 +125,27 @@ def _edge_cases(gen: WorkloadGenerator) -> None:
     _create(gen, suspended=False, runtime="torch-distributed", num_nodes=2, resources=INTEL_WITH_SHARES)
     _create(gen, suspended=False, runtime="torch-distributed", num_nodes=2, resources=INTEL_SHARES_ONLY)
     _create(gen, suspended=False, runtime="torch-distributed", num_nodes=2, resources=SHARED_GPUS)
+
+
+def hold_initializers_downloading(gen: WorkloadGenerator) -> JobRecord:
+    """A torchtune job left with its initializers ready (downloading) and no trainer pod ready: pending.
+    Played last, so that the run ends with it in that state and the ``trainjobs`` gauge tells whether
+    initializers make a job running (they must not: app/trainer/rules/steps.py). The other scenarios cannot
+    show it: their writes follow each other at one wall instant, so time to running reads the same either
+    way, and a job in that state at the end of the random workload is chance."""
+    rec = _create(gen, suspended=False, runtime="torchtune-llama3.2-1b", num_nodes=1)
+    for _ in range(24):
+        jobs = {
+            j.get("name"): j
+            for j in (gen.store.get(TRAINJOBS, rec.namespace, rec.name).get("status") or {}).get("jobsStatus")
+            or []
+        }
+        if any((jobs[n].get("ready") or 0) > 0 for n in INITIALIZERS & jobs.keys()):
+            assert not any((j.get("ready") or 0) > 0 for n, j in jobs.items() if n not in INITIALIZERS), jobs
+            return rec
+        if not gen.advance(rec):
+            break
+    raise AssertionError(f"{rec.namespace}/{rec.name}: no initializer ever ready")
 
 
 def _create(gen: WorkloadGenerator, **kw: Any) -> JobRecord:
