@@ -1182,7 +1182,10 @@ class Soak:
             self.problems.append(f"{self.t()}: {leader} still led 15 s after its Lease updates began to fail")
             return None
         if not await self.wait_for(lambda: self.leader() is not None and self.all_ready(), 20.0):
-            self.problems.append(f"{self.t()}: no leader within 20 s after {leader} was demoted")
+            not_ready = sorted(identity for identity, e in self.live.items() if not e.ready())
+            self.problems.append(
+                f"{self.t()}: 20 s after {leader} was demoted: leader {self.leader()}, not ready {not_ready}"
+            )
             return None
         return self.leader()
 
