@@ -88,11 +88,16 @@ def running_kubesim(args: list[str], kubeconfig: Path, log_path: Path) -> Iterat
                 time.sleep(0.1)  # the poll interval of this wait
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def kubectl_binaries() -> dict[str, Path | None]:

@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from .conftest import Cluster, calling, trainjob
+from .conftest import Cluster, calling, stop_process, trainjob
 
 KOPF = "kopf"
 NS = "clients-kopf"
@@ -77,10 +77,6 @@ def test_kopf_operator_handles_a_trainjob_creation(cluster: Cluster, tmp_path: P
                 time.sleep(0.3)
             assert "for-kopf" in names, (tmp_path / "kopf.log").read_text()[-3000:]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 15.0)
         log.close()
         api_client.close()
