@@ -28,7 +28,11 @@ INTEL_WITH_SHARES: Final = {
 }
 INTEL_SHARES_ONLY: Final = {"limits": {"gpu.intel.com/millicores": "250", "gpu.intel.com/xe_monitoring": 1}}
 SHARED_GPUS: Final = {"limits": {"nvidia.com/gpu.shared": 2}}
+# What every scenario job is unless it says otherwise. One node: a trainer of 0 pods (numNodes 0, which the
+# generator draws now and then) never runs and cannot fail, it completes (gen_cluster.finish), so a scenario
+# that needs a running trainer would otherwise depend on the draw.
 PLAIN: Final[dict[str, Any]] = {
+    "num_nodes": 1,
     "deadline": None,
     "multikueue": False,
     "annotations": None,
