@@ -495,9 +495,6 @@ class ExporterSampler:
     def _atomic(self) -> tuple[str, ...]:
         return tuple(r.identity for r in self.replicas if r.service.exposition.trainer_source is not None)
 
-    def _no_exporter(self, at: float) -> None:
-        self.gaps.append(at)
-
     async def _round(self) -> None:
         before, before_at = self._atomic(), time.monotonic()
         gap_allowed = self.gap_allowed
@@ -516,7 +513,7 @@ class ExporterSampler:
             if len(atomic) > 1:
                 self.violations.append(f"{at:.3f}: two exporters at one instant: {atomic}")
             if not atomic and not (gap_allowed or self.gap_allowed):
-                self._no_exporter(at)
+                self.gaps.append(at)
         if sample.stable:
             for identity, (exporting, leader_gauge) in http.items():
                 if exporting != (identity in after):
@@ -539,7 +536,7 @@ class ExporterSampler:
             if len(atomic) > 1:
                 self.violations.append(f"{time.monotonic():.3f}: two exporters at one instant: {atomic}")
             if not atomic and not self.gap_allowed:
-                self._no_exporter(time.monotonic())
+                self.gaps.append(time.monotonic())
             await asyncio.sleep(self.interval / 3)
 
     def start(self) -> ExporterSampler:
@@ -576,7 +573,6 @@ class ExporterSampler:
     def assert_clean(self, *, excused: Sequence[tuple[float, float]] = ()) -> None:
         """No violation, except "no exporter" at an instant inside one of the ``excused`` windows (closed,
         monotonic): a step-down the test proved was the elector's own, and not what the test is about."""
-
         gaps = [
             f"{at:.3f}: no exporter outside a hand-over"
             for at in self.gaps
