@@ -413,7 +413,8 @@ def simulated_cluster(python: Path, netns: str, workdir: Path, out: Path) -> Ite
     log_path = out / "check-kubesim.log"
     token = secrets.token_urlsafe(24)
     cmd = ["ip", "netns", "exec", netns, str(python), "-m", "kubesim"]
-    cmd += ["--host", "127.0.0.1", "--port", str(SIM_PORT), "--kubeconfig", str(written), "--token", token]
+    cmd += ["--host", "127.0.0.1", "--port", str(SIM_PORT), "--kubeconfig", str(written)]
+    cmd += [f"--token={token}"]  # one word: a token_urlsafe may begin with "-", which argparse reads as an option
     cmd += SIM_ARGS
     log("$ " + " ".join(cmd).replace(token, "<token>"))
     started = time.monotonic()
