@@ -264,6 +264,15 @@ class Settings(BaseSettings):
         le=10_000_000,
         description="Countable events a follower remembers for a gap-free takeover.",
     )
+    # app/replica/heap_trim.py: freed heap kept after a transient goes back to the kernel this often.
+    heap_trim_interval_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        le=86_400,
+        allow_inf_nan=False,
+        description="Every this many seconds, give the heap that glibc keeps after a transient (a relist, a "
+        "take-over) back to the kernel with malloc_trim(0), so RSS follows the live memory (0: never).",
+    )
     # What PromQL sees (docs/metrics.md, "How counting works"): a new counter/histogram series is served as 0
     # this long before its real values, and a count is handed over as seen only this long after a scrape
     # showed it.

@@ -414,7 +414,8 @@ def simulated_cluster(python: Path, netns: str, workdir: Path, out: Path) -> Ite
     token = secrets.token_urlsafe(24)
     cmd = ["ip", "netns", "exec", netns, str(python), "-m", "kubesim"]
     cmd += ["--host", "127.0.0.1", "--port", str(SIM_PORT), "--kubeconfig", str(written)]
-    cmd += [f"--token={token}"]  # one word: a token_urlsafe may begin with "-", which argparse reads as an option
+    # One word: a token_urlsafe may begin with "-", which argparse would read as an option.
+    cmd += [f"--token={token}"]
     cmd += SIM_ARGS
     log("$ " + " ".join(cmd).replace(token, "<token>"))
     started = time.monotonic()

@@ -15,6 +15,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     GCCollector,
+    Histogram,
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
@@ -93,6 +94,14 @@ class SelfTelemetry:
         )
         for limit in Limit:
             self.limit_hits.labels(limit)  # export 0 from the start, so rate() and alerts see the series
+        # How long each malloc_trim held the allocator (app/replica/heap_trim.py): the loop may wait that
+        # long for malloc meanwhile.
+        self.heap_trim_duration = Histogram(
+            "trainer_metrics_heap_trim_duration_seconds",
+            "Duration of each periodic malloc_trim that gives freed heap back to the kernel.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
+            registry=reg,
+        )
         # Own instances of the standard collectors: the module-level ones sit on the global REGISTRY.
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)

@@ -42,6 +42,7 @@ from app.metrics.exposition import MetricsExposition
 from app.metrics.per_job import PerJobHandler, PerJobSeries, PerJobTelemetry
 from app.metrics.telemetry import SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
+from app.replica.heap_trim import HeapTrimmer, load_malloc_trim
 from app.replica.informer_options import informer_options
 from app.trainer.events import CountableEvent
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
@@ -162,6 +163,13 @@ class Service:
         for informer in self.informers:
             self._spawn(informer.run(), f"informer {informer.name}")
         self._spawn(self._housekeeping(), "housekeeping")
+        if self._owns_process and s.heap_trim_interval_seconds > 0:
+            trim = load_malloc_trim()
+            if trim is None:
+                log.info("no malloc_trim in this C library: freed heap is not given back periodically")
+            else:
+                observe = self.telemetry.heap_trim_duration.observe
+                self._spawn(HeapTrimmer(s.heap_trim_interval_seconds, trim, observe).run(), "heap trim")
         self._spawn(self._lead_when_synced(), "leader election")
 
     async def kill(self) -> None:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 MB = 2**20
 TOMBSTONES_MAX = 4096  # app/trainer/history.py EdgeHistory(max_tombstones), as the service builds it
 
@@ -56,6 +58,25 @@ def full(sizes: dict[str, int]) -> bool:
     return sizes.get("journal_entries", -1) >= sizes.get("journal_size", 0) > 0 and (
         sizes.get("tombstones", 0) >= TOMBSTONES_MAX
     )
+
+
+def heap_trims(exposition: str) -> dict[str, float]:
+    """The service's own periodic trims (app/replica/heap_trim.py) from its ``/metrics``: how many, their
+    mean, and the bucket bound under which the longest fell (seconds)."""
+    out: dict[str, float] = {"count": 0.0, "sum": 0.0, "max_le": 0.0}
+    buckets: list[tuple[float, float]] = []
+    for family in text_string_to_metric_families(exposition):
+        if family.name != "trainer_metrics_heap_trim_duration_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_count"):
+                out["count"] = sample.value
+            elif sample.name.endswith("_sum"):
+                out["sum"] = sample.value
+            elif sample.name.endswith("_bucket"):
+                buckets.append((float(sample.labels["le"]), sample.value))
+    out["max_le"] = next((le for le, n in sorted(buckets) if n >= out["count"]), 0.0) if out["count"] else 0.0
+    return out
 
 
 def slope_mb_per_minute(points: list[tuple[float, int]]) -> float | None:
@@ -129,6 +150,13 @@ class ProcessMemory:
         if self.sizes:
             out["structures_first"] = self.sizes[0][1]
             out["structures_end"] = self.sizes[-1][1]
+        trims = self.readings.get("heap_trims")
+        if trims:
+            out["heap_trims"] = int(trims["count"])
+            out["heap_trim_mean_ms"] = (
+                round(trims["sum"] / trims["count"] * 1000, 2) if trims["count"] else None
+            )
+            out["heap_trim_max_le_ms"] = round(trims["max_le"] * 1000, 1)
         reading = self.readings.get("end")
         if reading:
             out["trimmed_end_mb"] = round(reading.get("VmRSS", 0) / MB, 1)

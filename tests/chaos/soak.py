@@ -74,7 +74,7 @@ from kubesim.apiserver.status import StoreError
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.kinds import TRAINJOBS
-from tests.chaos.memory import ProcessMemory, plot, structures
+from tests.chaos.memory import ProcessMemory, heap_trims, plot, structures
 from tests.chaos.replicas import InProcessReplica, ProcessReplica, ReplicaHandle, image_malloc_env
 from tests.chaos.tap import Record
 from tests.support import promql_visible
@@ -1051,6 +1051,9 @@ class Soak:
             if proc.stopped is not None or handle is None:
                 continue
             with contextlib.suppress(httpx.HTTPError, ValueError):
+                resp = await handle.http.get("/metrics")
+                if resp.status_code == 200:
+                    proc.readings["heap_trims"] = heap_trims(resp.text)
                 resp = await handle.http.get("/soak/memory", params={"trim": "1"})
                 if resp.status_code == 200:
                     proc.readings[point] = {"t": self.t(), **resp.json()}
@@ -1905,6 +1908,11 @@ def render_table(report: dict[str, Any]) -> str:
                 f"{_signed(proc['rss_slope_mb_per_min'])} "
                 f"{_signed(proc.get('heap_in_use_slope_mb_per_min'))} "
                 f"{_signed(proc.get('python_blocks_per_min'), 0)} {_mb(proc.get('trimmed_end_mb'))}  {sizes}"
+            )
+        for proc in [p for p in report["processes"] if p["resident"] and "heap_trims" in p]:
+            lines.append(
+                f"  {proc['identity']}: {proc['heap_trims']} periodic heap trims (app/replica/heap_trim.py), "
+                f"mean {proc['heap_trim_mean_ms']} ms, the longest under {proc['heap_trim_max_le_ms']} ms"
             )
         if churned:
             lives = [p["life_s"] for p in churned]

@@ -65,6 +65,7 @@ CONFIG_SAMPLE: dict[str, Any] = {
     "max_object_bytes": 8 * 1024 * 1024,
     "terminal_page_max": 77,
     "handover_journal_size": 123456,
+    "heap_trim_interval_seconds": 120.0,
     "zero_hold_seconds": 30.0,
     "exemplars": False,
     "handover_wait_seconds": 12.5,

@@ -65,6 +65,7 @@ FLAG_SAMPLE: dict[str, list[str]] = {
     "max_object_bytes": ["--max-object-bytes", "8388608"],
     "terminal_page_max": ["--terminal-page-max", "77"],
     "handover_journal_size": ["--handover-journal-size", "123456"],
+    "heap_trim_interval_seconds": ["--heap-trim-interval-seconds", "120"],
     "zero_hold_seconds": ["--zero-hold-seconds", "30"],
     "exemplars": ["--no-exemplars"],
     "handover_wait_seconds": ["--handover-wait-seconds", "12.5"],

@@ -1,0 +1,84 @@
+"""Give the heap that glibc keeps after a transient back to the kernel, now and then.
+
+Why: the image sets ``MALLOC_TRIM_THRESHOLD_`` to 128 MB so that multi-MB scrape bodies are reused from
+the heap instead of being page-faulted in on every scrape (app/metrics/exposition.py). The price is that a
+transient peak (a relist after an expired watch, a take-over, a burst of events) leaves freed pages
+resident: glibc's own trimming only returns the top of the heap, and only above that threshold. RSS then
+rises in steps that never come down, although the live heap is flat (docs/reliability.md, "The 60-minute
+run"). ``malloc_trim(0)`` also releases the free pages inside the heap.
+
+Cost: the call walks the free lists with the arena locked, a few milliseconds on this service's heap,
+up to ~50 ms on a heavily fragmented 700 MB one (measured on a synthetic heap). It runs in a worker thread
+(ctypes releases the GIL), so the event loop only waits if it needs malloc's lock meanwhile. The next
+large scrape body is faulted in once more after a trim, which at one trim per interval is negligible.
+
+Only a process that runs this one replica trims (``Service(owns_process=True)``); the interval is the
+setting ``heap_trim_interval_seconds`` (0: never). Without glibc (``malloc_trim`` missing) it is off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import time
+from collections.abc import Callable
+
+__all__ = ["HeapTrimmer", "load_malloc_trim"]
+
+log = logging.getLogger(__name__)
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def load_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` from the process's own symbols, or None where the C library has none."""
+    try:
+        function = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return function
+
+
+def resident_bytes() -> int:
+    """This process's RSS (``/proc/self/statm``), 0 where there is no /proc."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class HeapTrimmer:
+    """Calls ``trim(0)`` every ``interval`` seconds in a worker thread; ``observe`` gets each call's
+    duration in seconds (the trainer_metrics_heap_trim_duration_seconds histogram)."""
+
+    def __init__(self, interval: float, trim: Callable[[int], int], observe: Callable[[float], None]) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be > 0")
+        self.interval = interval
+        self._trim = trim
+        self._observe = observe
+        self.trims = 0
+        self.returned_bytes = 0  # RSS given back, as far as RSS shows it
+
+    def trim_once(self) -> float:
+        """One trim, on the calling thread; returns its duration in seconds."""
+        before = resident_bytes()
+        started = time.perf_counter()
+        self._trim(0)
+        took = time.perf_counter() - started
+        returned = max(0, before - resident_bytes())
+        self.trims += 1
+        self.returned_bytes += returned
+        log.debug("gave %.1f MB of freed heap back to the kernel in %.1f ms", returned / 2**20, took * 1000)
+        return took
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            took = await asyncio.to_thread(self.trim_once)
+            self._observe(took)
