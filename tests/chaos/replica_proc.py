@@ -15,8 +15,9 @@ down), with two differences:
   the free heap pages to the kernel). The soak reads RSS from /proc itself, and the sizes of the bounded
   structures from ``/debug/snapshot``.
 
-Logs (WARNING and above; the elector's and candidacy's INFO too) go to stderr, which the soak sends to a file per replica. The soak starts it with
-the image's glibc malloc settings (the Dockerfile's ``MALLOC_*``), which decide how much freed heap it keeps.
+Logs (WARNING and above; the elector's and the service's INFO too) go to stderr, which the soak sends to a
+file per replica. The soak starts it with the image's glibc malloc settings (the Dockerfile's ``MALLOC_*``),
+which decide how much freed heap it keeps.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(**{**values, "port": 0})
     configure_logging("WARNING", "text")
     # Who led when, and why a candidate waited: what a failed demotion or hand-over is read from afterwards.
-    for name in ("app.kube.elector", "app.handover.candidacy"):
+    for name in ("app.kube.elector", "app.replica.service"):  # candidacy logs as the service
         logging.getLogger(name).setLevel(logging.INFO)
     tap = TapWriter(args.tap_fd)
     logging.getLogger().addHandler(ErrorRecords(tap))
