@@ -266,7 +266,7 @@ class Settings(BaseSettings):
     )
     # app/replica/heap_trim.py: freed heap kept after a transient goes back to the kernel this often.
     heap_trim_interval_seconds: float = Field(
-        default=300.0,
+        default=60.0,
         ge=0,
         le=86_400,
         allow_inf_nan=False,

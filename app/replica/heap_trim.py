@@ -12,6 +12,9 @@ up to ~50 ms on a heavily fragmented 700 MB one (measured on a synthetic heap). 
 (ctypes releases the GIL), so the event loop only waits if it needs malloc's lock meanwhile. The next
 large scrape body is faulted in once more after a trim, which at one trim per interval is negligible.
 
+Once a minute by default: with one trim every 5 minutes, the 60-minute soak showed RSS drop ~5 MB at each
+trim and climb back by as much before the next one (docs/reliability.md), while each trim took 0.7 ms.
+
 Only a process that runs this one replica trims (``Service(owns_process=True)``); the interval is the
 setting ``heap_trim_interval_seconds`` (0: never). Without glibc (``malloc_trim`` missing) it is off.
 """
