@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 import os
@@ -55,6 +56,21 @@ def percentile(samples: Sequence[float], q: float) -> float:
     ordered = sorted(samples)
     rank = max(1, min(len(ordered), round(q / 100.0 * len(ordered) + 0.5)))
     return ordered[rank - 1]
+
+
+# P5's stall histogram: 33 log-spaced buckets from 0.05 ms to 100 ms (~10 per decade, each edge x1.26), plus
+# one below (a 1 ms sleep that woke on time) and one at or above (a stall no target tolerates).
+STALL_EDGES_MS: tuple[float, ...] = tuple(round(0.05 * 2000 ** (i / 33), 4) for i in range(34))
+
+
+def log_histogram(samples_s: Sequence[float], edges_ms: Sequence[float] = STALL_EDGES_MS) -> list[int]:
+    """Counts of ``samples_s`` (seconds) per bucket of ``edges_ms``: ``len(edges_ms) + 1`` counts, the first
+    below ``edges_ms[0]``, the i-th in ``[edges_ms[i-1], edges_ms[i])``, the last at or above
+    ``edges_ms[-1]``. A few dozen integers stand for thousands of samples in benchmarks.json."""
+    counts = [0] * (len(edges_ms) + 1)
+    for sample in samples_s:
+        counts[bisect.bisect_right(edges_ms, sample * 1000.0)] += 1
+    return counts
 
 
 def listening_ports(pid: int) -> list[int]:

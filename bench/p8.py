@@ -11,7 +11,8 @@ syncing (``TRAINER_METRICS_STREAMING_LIST`` off, then on) the measures of ``serv
   RSS (VmHWM) shows what the sync needed at its peak;
 - P4: ``/metrics`` latency at that size (text 0.0.4 + gzip, and Prometheus' default Accept).
 
-Also recorded (``notes``): the simulated cluster's own RSS and build time, and the scenario's wall time.
+Also recorded (``notes``): the simulated cluster's own RSS and build time, the scenario's wall time, and the
+paginated LIST's figures as the largest point of the size sweep (``notes["scaling"]``, for ``--plot``).
 Full mode: 1,000,000 TrainJobs (~1000 generated x 1000 copies); quick mode: 1,000 (CI smoke run).
 """
 
@@ -34,6 +35,7 @@ from bench.scenarios import (
     _fetch_and_decode,
     _ready_service,
     _scrapes,
+    note_scaling,
     start_sim,
 )
 
@@ -127,6 +129,16 @@ def p8_million(sizes: Sizes, work: Path, res: Results, *, jobs: int = 0, reps: i
         res.notes["p8_sim_peak_rss"] = peak_rss_bytes(sim.pid)
     finally:
         sim.stop()
+    # The size sweep's largest point (--plot): the paginated LIST, the way the small and big clusters sync.
+    note_scaling(
+        res,
+        count,
+        "P8, paginated LIST",
+        ready="p8_list_ready_seconds",
+        rss="p8_list_rss_big",
+        p99_text="p8_list_p4_p99",
+        p99_om="p8_list_p4_om_p99",
+    )
     res.notes["p8_wall_seconds"] = round(time.monotonic() - started, 1)
 
 

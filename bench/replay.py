@@ -14,7 +14,11 @@ running with ready pods and trainer progress, complete, and a refreshed complete
 Endpoints (cluster-wide and per-namespace paths of the three Trainer kinds):
 - TrainJob LIST: the jobs in their first variant; WATCH: ``--events`` MODIFIED lines (then a clean end of
   stream) or, with ``--forever``, an endless stream (optionally paced with ``--rate``);
-- runtimes LIST: the real runtimes; their WATCH stays open and idle.
+- runtimes LIST: the real runtimes; their WATCH stays open and idle;
+- ``POST /bench/pause`` and ``POST /bench/resume``: hold every TrainJob watch stream (no byte is sent, the
+  connections stay open) and let it go on; a watch that connects while paused holds before its first event.
+  P5 measures the service idle (synced, stream held) and then under the firehose, in one process;
+- ``GET /bench/stats``: events sent so far, the last resourceVersion, and whether the streams are paused.
 
 ``python -m bench.replay --jobs 2000 --events 60000 --kubeconfig K`` prints ``{"ready": ..., "url": ...}``.
 """
@@ -135,8 +139,13 @@ class Replay:
         self.rv = len(self.items) + len(self.runtimes) + 10
         self.list_rv = self.rv
         self.sent = 0
+        # Set while the streams may flow; cleared by POST /bench/pause (created here: one loop serves all).
+        self.flowing = asyncio.Event()
+        self.flowing.set()
         self.app = web.Application()
         self.app.router.add_get("/bench/stats", self.stats)
+        self.app.router.add_post("/bench/pause", self.pause)
+        self.app.router.add_post("/bench/resume", self.resume)
         self.app.router.add_get("/{tail:.*}", self.handle)
 
     def sizes(self) -> dict[str, float]:
@@ -148,7 +157,17 @@ class Replay:
         }
 
     async def stats(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response({"sent": self.sent, "rv": self.rv})
+        return web.json_response({"sent": self.sent, "rv": self.rv, "paused": not self.flowing.is_set()})
+
+    async def pause(self, request: web.Request) -> web.StreamResponse:
+        """Hold the streams. A stream checks between batches, so what it is writing now (at most one batch)
+        still goes out; ``sent`` stops moving at once."""
+        self.flowing.clear()
+        return await self.stats(request)
+
+    async def resume(self, request: web.Request) -> web.StreamResponse:
+        self.flowing.set()
+        return await self.stats(request)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path
@@ -190,6 +209,10 @@ class Replay:
         batch: list[bytes] = []
         size = 0
         while self.forever or sent_here < self.events:
+            if not batch and not self.flowing.is_set():
+                held = loop.time()
+                await self.flowing.wait()
+                start += loop.time() - held  # --rate paces the time streamed, not the time held
             self.rv += 1
             prefix, suffix = templates[self.sent % n_templates]
             batch.append(prefix)

@@ -18,9 +18,11 @@ import orjson
 
 from bench.common import (
     PYTHON,
+    STALL_EDGES_MS,
     Child,
     Figure,
     cpu_seconds,
+    log_histogram,
     percentile,
     rss_bytes,
     runqueue_wait_seconds,
@@ -59,12 +61,13 @@ class Sizes:
     idle_seconds: float
     fresh_probes: int
     fresh_rate: float
+    mid_clone: int  # big_base x mid_clone = the sweep's middle cluster (10k in full mode), for --plot
 
     @classmethod
     def make(cls, quick: bool) -> Sizes:
         if quick:
-            return cls(True, 1, 8_000, 2_000, 500, 2.0, 200, 10, 200, 30, 2.0, 20, 200.0)
-        return cls(False, 5, 60_000, 15_000, 2_000, 8.0, 1_000, 100, 1_000, 300, 12.0, 200, 1000.0)
+            return cls(True, 1, 8_000, 2_000, 500, 2.0, 200, 10, 200, 30, 2.0, 20, 200.0, 3)
+        return cls(False, 5, 60_000, 15_000, 2_000, 8.0, 1_000, 100, 1_000, 300, 12.0, 200, 1000.0, 10)
 
 
 @dataclass
@@ -429,16 +432,30 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
     small_series: set[bytes] = set()
     try:
         for rep in range(sizes.reps):
-            service, base, _ = _ready_service(info1["kubeconfig"], work, f"svc-small-{rep}")
+            service, base, startup = _ready_service(info1["kubeconfig"], work, f"svc-small-{rep}")
             time.sleep(settle)
+            # Not in the table: the small cluster's point of the size sweep (res.notes["scaling"]).
+            res.fig("p2_small_ready_seconds").add(startup)
+            res.fig("p3_rss_small").add(rss_bytes(service.pid))
             small_series = _series(asyncio.run(_body(base)))
             lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_TEXT))
             res.fig("p4_small_p50").add(percentile(lat, 50))
+            res.fig("p4_small_p99").add(percentile(lat, 99))
             lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_DEFAULT))
             res.fig("p4_small_om_p50").add(percentile(lat, 50))
+            res.fig("p4_small_om_p99").add(percentile(lat, 99))
             lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_PROTOBUF))
             res.fig("p4_small_pb_p50").add(percentile(lat, 50))
             service.stop()
+        note_scaling(
+            res,
+            int(info1["trainjobs"]),
+            "small cluster",
+            ready="p2_small_ready_seconds",
+            rss="p3_rss_small",
+            p99_text="p4_small_p99",
+            p99_om="p4_small_om_p99",
+        )
         p6_freshness(sizes, work, res, info1)
     finally:
         sim1.stop()
@@ -489,6 +506,15 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
             service.stop()
             res.fig("p9_p4_p99_plain").add(percentile(lat, 99))
             res.fig("p9_p4_p99_ratio").add(res.fig("p4_p99").values[-1] / percentile(lat, 99))
+        note_scaling(
+            res,
+            jobs,
+            "big cluster",
+            ready="p2_ready_seconds",
+            rss="p3_rss_big",
+            p99_text="p4_p99",
+            p99_om="p4_om_p99",
+        )
         per_trainjob_at_scale(sizes, work, res, kubeconfig=infob["kubeconfig"], jobs=jobs, settle=settle)
     finally:
         simb.stop()
@@ -523,36 +549,125 @@ def per_trainjob_at_scale(
         service.stop()
 
 
+def mid_cluster(sizes: Sizes, work: Path, res: Results) -> None:
+    """The size sweep's middle point (~10k TrainJobs in full mode, between the small and the big cluster), for
+    ``--plot``: built as the big cluster is (generated jobs cloned), and measured as it is (start → ready, RSS
+    after sync, ``/metrics`` p99 in text and OpenMetrics) by one service process: a point on a curve, not a
+    target, so one repetition keeps the step cheap."""
+    settle = 1.0 if sizes.quick else 3.0
+    sim = start_sim(work, "sim-mid", sizes.big_base, sizes.mid_clone)
+    info = sim.wait_ready(300)
+    res.notes["mid_cluster"] = info
+    try:
+        service, base, startup = _ready_service(info["kubeconfig"], work, "svc-mid")
+        try:
+            res.fig("p2_mid_ready_seconds").add(startup)
+            time.sleep(settle)
+            res.fig("p3_rss_mid").add(rss_bytes(service.pid))
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_TEXT))
+            res.fig("p4_mid_p99").add(percentile(lat, 99))
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_DEFAULT))
+            res.fig("p4_mid_om_p99").add(percentile(lat, 99))
+        finally:
+            service.stop()
+    finally:
+        sim.stop()
+    note_scaling(
+        res,
+        int(info["trainjobs"]),
+        "sweep",
+        ready="p2_mid_ready_seconds",
+        rss="p3_rss_mid",
+        p99_text="p4_mid_p99",
+        p99_om="p4_mid_om_p99",
+    )
+
+
+def note_scaling(
+    res: Results, trainjobs: int, source: str, *, ready: str, rss: str, p99_text: str, p99_om: str
+) -> None:
+    """One point of the size sweep in ``res.notes["scaling"]`` (what ``--plot`` draws), from the medians of a
+    step's figures: ``ready`` (seconds start → /readyz 200), ``rss`` (bytes after sync), ``p99_text`` and
+    ``p99_om`` (seconds). Kept sorted by size; a step that runs again replaces its point."""
+    point = {
+        "trainjobs": trainjobs,
+        "source": source,
+        "ready_s": round(res.figures[ready].median, 3),
+        "rss_mib": round(res.figures[rss].median / 2**20, 1),
+        "p99_text_ms": round(res.figures[p99_text].median * 1000, 3),
+        "p99_openmetrics_ms": round(res.figures[p99_om].median * 1000, 3),
+    }
+    points = [p for p in res.notes.get("scaling", []) if p["source"] != source]
+    res.notes["scaling"] = sorted([*points, point], key=lambda p: int(p["trainjobs"]))
+
+
 # --------------------------------------------------------------------------------------------- P5
 
 
-async def _scrape_under_load(base: str, seconds: float, replay_url: str) -> dict[str, float]:
+async def _get_json(session: aiohttp.ClientSession, url: str, *, post: bool = False) -> dict[str, Any]:
+    async with session.request("POST" if post else "GET", url) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{url} answered {resp.status}")
+        return dict(await resp.json())
+
+
+async def _paced_scrapes(
+    session: aiohttp.ClientSession, base: str, seconds: float
+) -> tuple[list[float], float]:
+    """``/metrics`` (text 0.0.4 + gzip) every 100 ms for ``seconds``, as a 10/s scraper would: the latencies
+    and the window's length."""
+    latencies = []
+    t0 = time.monotonic()
+    t_end = t0 + seconds
+    while time.monotonic() < t_end:
+        t = time.perf_counter()
+        async with session.get(base + "/metrics", headers=PROM_TEXT) as resp:
+            await resp.read()
+        latencies.append(time.perf_counter() - t)
+        await asyncio.sleep(max(0.0, 0.1 - (time.perf_counter() - t)))
+    return latencies, time.monotonic() - t0
+
+
+async def _scrape_idle(base: str, seconds: float, replay_url: str) -> dict[str, Any]:
+    """P5's reference window: the same scrapes from the same process, synced, its watch open and held (the
+    replay paused before the service connected), so the firehose window's p99 has a denominator that differs
+    only by the ingest."""
     async with aiohttp.ClientSession(auto_decompress=False) as session:
-        async with session.get(base + "/bench/lag?reset=1") as resp:
-            await resp.read()
-        await asyncio.sleep(0.5)
-        async with session.get(base + "/bench/lag?reset=1") as resp:
-            await resp.read()
-        async with session.get(replay_url + "/bench/stats") as resp:
-            sent0 = (await resp.json())["sent"]
-        latencies = []
-        t_end = time.monotonic() + seconds
-        t0 = time.monotonic()
-        while time.monotonic() < t_end:
-            t = time.perf_counter()
+        # The first scrapes after a sync render from cold caches; with ~80 samples p99 is the slowest one, so
+        # an unwarmed window would measure that, not the idle service.
+        for _ in range(3):
             async with session.get(base + "/metrics", headers=PROM_TEXT) as resp:
                 await resp.read()
-            latencies.append(time.perf_counter() - t)
-            await asyncio.sleep(max(0.0, 0.1 - (time.perf_counter() - t)))
-        elapsed = time.monotonic() - t0
-        async with session.get(base + "/bench/lag") as resp:
-            lag = await resp.json()
-        async with session.get(replay_url + "/bench/stats") as resp:
-            sent1 = (await resp.json())["sent"]
+        await _get_json(session, base + "/bench/lag?reset=1")  # the first call starts the probe
+        await asyncio.sleep(0.5)
+        await _get_json(session, base + "/bench/lag?reset=1")
+        sent0 = (await _get_json(session, replay_url + "/bench/stats"))["sent"]
+        latencies, _ = await _paced_scrapes(session, base, seconds)
+        lag = await _get_json(session, base + "/bench/lag")
+        sent1 = (await _get_json(session, replay_url + "/bench/stats"))["sent"]
+    if sent1 != sent0:
+        raise RuntimeError(f"P5 idle window: the replay sent {sent1 - sent0} events while paused")
+    return {
+        "max_lag": lag["max_lag"],
+        "scrape_p50": percentile(latencies, 50),
+        "scrape_p99": percentile(latencies, 99),
+    }
+
+
+async def _scrape_under_load(base: str, seconds: float, replay_url: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        await _get_json(session, replay_url + "/bench/resume", post=True)
+        await asyncio.sleep(0.5)  # the firehose up to speed before the window opens
+        await _get_json(session, base + "/bench/lag?reset=1")
+        sent0 = (await _get_json(session, replay_url + "/bench/stats"))["sent"]
+        latencies, elapsed = await _paced_scrapes(session, base, seconds)
+        lag = await _get_json(session, base + "/bench/lag?lags=1")
+        sent1 = (await _get_json(session, replay_url + "/bench/stats"))["sent"]
     return {
         "max_lag": lag["max_lag"],
         "over_5ms": lag["over_5ms"],
         "samples": lag["samples"],
+        "lags": lag["lags"],
         "scrape_p50": percentile(latencies, 50),
         "scrape_p99": percentile(latencies, 99),
         "scrapes_per_s": len(latencies) / elapsed,
@@ -560,16 +675,35 @@ async def _scrape_under_load(base: str, seconds: float, replay_url: str) -> dict
     }
 
 
+async def _post(url: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session:
+        return await _get_json(session, url, post=True)
+
+
 def _final_json(child: Child, timeout: float = 30) -> dict[str, Any]:
-    """The last JSON line a child prints before it exits (after its ready line)."""
+    """The last JSON line a child prints before it exits (after its ready line). Read while it runs: a line
+    longer than the pipe's buffer (the control's lag samples) would otherwise block the child's exit."""
     assert child.proc.stdout is not None
-    child.proc.wait(timeout)
-    os.set_blocking(child.proc.stdout.fileno(), True)
-    lines = [line for line in child.proc.stdout.read().splitlines() if line.startswith(b"{")]
+    os.set_blocking(child.proc.stdout.fileno(), True)  # wait_ready left it non-blocking
+    out, _ = child.proc.communicate(timeout=timeout)
+    lines = [line for line in out.splitlines() if line.startswith(b"{")]
     return dict(json.loads(lines[-1]))
 
 
+def _stall_summary(lags: list[float]) -> dict[str, Any]:
+    """A window's lag samples as P5's notes keep them: the log-bucket counts (bench/common.STALL_EDGES_MS)
+    and a few exact percentiles, in ms; the raw samples (~8,000 a window) stay out of benchmarks.json."""
+    return {
+        "histogram": log_histogram(lags),
+        "samples": len(lags),
+        **{f"p{q:g}_ms": round(percentile(lags, q) * 1000, 3) for q in (50, 99, 99.9)},
+        "max_ms": round(max(lags, default=float("nan")) * 1000, 3),
+    }
+
+
 def p5_stall(sizes: Sizes, work: Path, res: Results) -> None:
+    """P5: per repetition one service process, first idle (the replay paused: synced, watch open, no event),
+    then under the firehose (resumed) with the control beside it; both windows scraped 10/s."""
     kubeconfig = str(work / "replay5.kubeconfig")
     args = [
         PYTHON,
@@ -583,32 +717,50 @@ def p5_stall(sizes: Sizes, work: Path, res: Results) -> None:
     ]
     replay = Child(args, name="p5-replay", log_dir=work)
     info = replay.wait_ready(120)
+    stalls: list[dict[str, Any]] = []
+    res.notes["p5_stalls"] = {"edges_ms": list(STALL_EDGES_MS), "reps": stalls}
     try:
         for rep in range(sizes.reps):
+            # Held before the service connects: its watch opens onto a stream that sends nothing yet.
+            asyncio.run(_post(info["url"] + "/bench/pause"))
             service, base, _ = _ready_service(kubeconfig, work, f"svc-p5-{rep}", lag_probe=True)
-            # The control: an idle loop in its own process over the same window (bench/lagprobe.py).
-            control = Child(
-                [PYTHON, "-m", "bench.lagprobe", "--seconds", str(sizes.p5_seconds + 0.5)],
-                name=f"p5-control-{rep}",
-                log_dir=work,
-            )
+            control: Child | None = None
             try:
+                idle_window = asyncio.run(_scrape_idle(base, sizes.p5_seconds, info["url"]))
+                # The control: an idle loop in its own process over the firehose window (bench/lagprobe.py).
+                control = Child(
+                    [PYTHON, "-m", "bench.lagprobe", "--seconds", str(sizes.p5_seconds + 0.5), "--lags"],
+                    name=f"p5-control-{rep}",
+                    log_dir=work,
+                )
                 control.wait_ready(30)
                 waited, t0 = runqueue_wait_seconds(service.pid), time.monotonic()
                 out = asyncio.run(_scrape_under_load(base, sizes.p5_seconds, info["url"]))
                 waited = (runqueue_wait_seconds(service.pid) - waited) / (time.monotonic() - t0)
-                idle = _final_json(control)
+                beside = _final_json(control)  # the control over the firehose window
             finally:
                 service.stop()
-                control.stop()
+                if control is not None:
+                    control.stop()
             res.fig("p5_runqueue_wait_percent").add(waited * 100)
-            res.fig("p5_control_max_stall_ms").add(idle["max_lag"] * 1000)
-            res.fig("p5_control_stalls_over_5ms").add(idle["over_5ms"])
+            res.fig("p5_control_max_stall_ms").add(beside["max_lag"] * 1000)
+            res.fig("p5_control_stalls_over_5ms").add(beside["over_5ms"])
             res.fig("p5_max_stall_ms").add(out["max_lag"] * 1000)
+            res.fig("p5_stall_minus_control_ms").add((out["max_lag"] - beside["max_lag"]) * 1000)
             res.fig("p5_stalls_over_5ms").add(out["over_5ms"])
+            res.fig("p5_idle_scrape_p99_ms").add(idle_window["scrape_p99"] * 1000)
             res.fig("p5_scrape_p99_ms").add(out["scrape_p99"] * 1000)
+            res.fig("p5_scrape_p99_vs_idle").add(out["scrape_p99"] / idle_window["scrape_p99"])
             res.fig("p5_events_per_s").add(out["events_per_s"])
             res.fig("p5_scrapes_per_s").add(out["scrapes_per_s"])
+            stalls.append(
+                {
+                    "rep": rep,
+                    "service": _stall_summary(out["lags"]),
+                    "control": _stall_summary(beside["lags"]),
+                    "idle_window_max_stall_ms": round(idle_window["max_lag"] * 1000, 3),
+                }
+            )
     finally:
         replay.stop()
 

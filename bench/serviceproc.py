@@ -1,12 +1,14 @@
 """The service under test, as ``trainer-metrics`` would run it, plus bench-only instrumentation.
 
 ``python -m bench.serviceproc --kubeconfig K [--port P] [--lag-probe] [--per-trainjob-max-jobs N]
-[--streaming-list auto|on|off]`` does what ``app.cli.main`` does (load_settings → create_app → uvicorn) with
-``--no-leader-election`` (and the per-TrainJob series on, capped at N, when N > 0; the informers' sync by
-``TRAINER_METRICS_STREAMING_LIST`` when given); with ``--lag-probe`` it also runs an
-event-loop lag probe (a task sleeping 1 ms and recording how late it wakes) and serves its reading at
-``GET /bench/lag`` (``?reset=1`` clears it). Nothing else differs from the real entry point. It binds its
-port (by default 0: one the kernel picks) before its ready line, which says which port it holds.
+[--streaming-list auto|on|off]`` does what ``app.cli.main`` does (load_settings → create_app → the product's
+HttpServer, app/serving/server.py, without its probe port) with ``--no-leader-election`` (and the
+per-TrainJob series on, capped at N, when N > 0; the informers' sync by ``TRAINER_METRICS_STREAMING_LIST``
+when given); with ``--lag-probe`` it also runs an event-loop lag probe (a task sleeping 1 ms and recording
+how late it wakes) and serves its reading at ``GET /bench/lag`` (``?reset=1`` clears it; ``?lags=1`` adds
+every sample since the last reset, in seconds, under ``"lags"``). Nothing else differs from the real entry
+point. It binds its port (by default 0: one the kernel picks) before its ready line, which says which port
+it holds.
 """
 
 from __future__ import annotations
@@ -14,21 +16,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import sys
 import time
-
-import uvicorn
+from typing import Any
 
 
 class LagProbe:
-    """Samples event-loop lag: sleep(interval) and measure the oversleep."""
+    """Samples event-loop lag: sleep(interval) and measure the oversleep.
 
-    def __init__(self, interval: float = 0.001) -> None:
+    Every sample is kept too (P5 draws the distribution), up to ``max_kept`` since the last reset: a
+    reader that never resets must not grow the process it measures without bound."""
+
+    def __init__(self, interval: float = 0.001, max_kept: int = 120_000) -> None:
         self.interval = interval
+        self.max_kept = max_kept  # two minutes at 1 kHz; P5's window is ~8 s
         self.max_lag = 0.0
         self.samples = 0
         self.over_5ms = 0
+        self.lags: list[float] = []
         self.task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
@@ -41,11 +46,15 @@ class LagProbe:
             self.max_lag = max(self.max_lag, lag)
             if lag > 0.005:
                 self.over_5ms += 1
+            if len(self.lags) < self.max_kept:
+                self.lags.append(lag)
 
-    def reading(self, reset: bool) -> dict[str, float]:
-        out = {"max_lag": self.max_lag, "samples": self.samples, "over_5ms": self.over_5ms}
+    def reading(self, reset: bool, lags: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {"max_lag": self.max_lag, "samples": self.samples, "over_5ms": self.over_5ms}
+        if lags:
+            out["lags"] = self.lags
         if reset:
-            self.max_lag, self.samples, self.over_5ms = 0.0, 0, 0
+            self.max_lag, self.samples, self.over_5ms, self.lags = 0.0, 0, 0, []
         return out
 
 
@@ -82,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(
         **extra,
         kubeconfig=args.kubeconfig,
-        port=args.port,  # informational: the socket below is what it serves on
+        port=args.port,
         host="127.0.0.1",
+        probe_port=None,
         leader_election=False,
         log_level=args.log_level,
         per_trainjob_series=args.per_trainjob_max_jobs > 0,
@@ -96,19 +106,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.lag_probe:
 
         @app.get("/bench/lag", include_in_schema=False)
-        async def lag(reset: str = "") -> JSONResponse:
+        async def lag(reset: str = "", lags: str = "") -> JSONResponse:
             if probe.task is None:
                 probe.task = asyncio.create_task(probe.run())
-            return JSONResponse(probe.reading(reset == "1"))
+            return JSONResponse(probe.reading(reset == "1", lags == "1"))
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", args.port))
-    port = int(sock.getsockname()[1])
-    ready = {"ready": True, "import_seconds": time.monotonic() - t0, "port": port}
+    # The product's own server (app/serving/server.py, as app.cli runs it): its guarded listener and
+    # protocol are part of what a scrape costs. No probe listener: several services run side by side.
+    from app.replica.extra_telemetry import register_collector
+    from app.serving.server import HttpServer
+
+    server = HttpServer(app, settings)
+    register_collector(app, server.telemetry)
+    ready = {"ready": True, "import_seconds": time.monotonic() - t0, "port": server.port}
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    asyncio.run(server.serve())
     return 0
 
 

@@ -56,6 +56,10 @@ def same_uid(a: KubeObject, b: KubeObject) -> bool:
     return a.uid == b.uid
 
 
+def same_version(a: KubeObject, b: KubeObject) -> bool:
+    return a.resource_version == b.resource_version
+
+
 class Cache(Generic[T]):
     """``store`` maps key to projection. ``replace`` swaps in a new dict (read ``store`` afresh after it)."""
 
@@ -66,12 +70,14 @@ class Cache(Generic[T]):
         *,
         name: str,
         same_uid: Callable[[T, T], bool] = same_uid,
+        same_version: Callable[[T, T], bool] = same_version,
     ) -> None:
         self.store: dict[str, T] = {}
         self._handler = handler
         self._counters = counters
         self._name = name  # for log lines
         self._same_uid = same_uid
+        self._same_version = same_version
         self._logged = KeyedOnce()
 
     def apply(self, etype: str, obj: T) -> None:
@@ -98,7 +104,7 @@ class Cache(Generic[T]):
             elif not self._same_uid(old, obj):  # missed delete + create: report both
                 self._notify_deleted(old)
                 handler.on_added(obj, False)
-            elif old.resource_version != obj.resource_version:
+            elif not self._same_version(old, obj):
                 handler.on_updated(old, obj)
         except Exception:
             self._handler_failed("event", obj)
@@ -144,7 +150,7 @@ class Cache(Generic[T]):
             elif not self._same_uid(old, obj):  # deleted and recreated while we were not watching
                 self._notify_deleted(old)
                 self._notify_added(obj, False)
-            elif old.resource_version != obj.resource_version:
+            elif not self._same_version(old, obj):
                 self._notify_updated(old, obj)
         for key, old in old_store.items():
             if key not in items:

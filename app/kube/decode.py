@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 import msgspec
 import orjson
 
-from app.kube.cache import KubeObject, same_uid
+from app.kube.cache import KubeObject, same_uid, same_version
 from app.kube.client import ApiError
 
 T = TypeVar("T", bound=KubeObject)
@@ -34,7 +34,10 @@ class Projector(Protocol[T_co]):
     - ``wire_key(wire) -> str``: the key the projection of ``wire`` will have. When present the informer
       passes the cached projection under that key (or None) as ``from_wire(wire, previous)``, so the
       projector can reuse what an update did not change;
-    - ``same_uid(a, b) -> bool``: ``a.uid == b.uid``, for projections that store the uid compactly.
+    - ``same_uid(a, b) -> bool``: ``a.uid == b.uid``, for projections that store the uid compactly;
+    - ``same_version(a, b) -> bool``: ``a.resource_version == b.resource_version``, likewise (checked on
+      every update: a projection that stores it as an int would build two strings per event);
+    - ``wire_rv(wire) -> str``: the resourceVersion of ``wire`` as sent (for the same reason).
     """
 
     # msgspec Struct for one object (typed fast path), with only the fields the caller needs.
@@ -149,7 +152,9 @@ class Decoder(Generic[T]):
         self.from_wire: Callable[..., T] = projector.from_wire
         # Incremental projection (see Projector): from_wire(wire, cached projection under its key).
         self.wire_key: Callable[[Any], str] | None = getattr(projector, "wire_key", None)
+        self.wire_rv: Callable[[Any], str] | None = getattr(projector, "wire_rv", None)
         self.same_uid: Callable[[T, T], bool] = getattr(projector, "same_uid", None) or same_uid
+        self.same_version: Callable[[T, T], bool] = getattr(projector, "same_version", None) or same_version
         self._from_json = projector.from_json
 
     def project_json(self, raw: Any) -> T | None:

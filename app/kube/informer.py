@@ -77,7 +77,13 @@ class Informer(Generic[T]):
             telemetry.register(self) if telemetry is not None else InformerCounters()
         )
         decoder = Decoder(projector)
-        self._cache = Cache(handler, self.counters, name=self.name, same_uid=decoder.same_uid)
+        self._cache = Cache(
+            handler,
+            self.counters,
+            name=self.name,
+            same_uid=decoder.same_uid,
+            same_version=decoder.same_version,
+        )
         self._ingest = Ingest(decoder, self._cache, self.counters, name=self.name, clock=clock)
         self._reflector = Reflector(
             client,

@@ -108,6 +108,7 @@ class Ingest(Generic[T]):
         self._decode = decoder.event_decoder.decode
         self._from_wire = decoder.from_wire
         self._wire_key = decoder.wire_key
+        self._wire_rv = decoder.wire_rv
         self._apply = cache.apply
         self._store = cache.store
 
@@ -217,6 +218,7 @@ class Ingest(Generic[T]):
             try:
                 wire = event.object
                 wire_key = self._wire_key
+                wire_rv = self._wire_rv
                 if wire_key is None:
                     obj = self._from_wire(wire)
                 else:
@@ -225,7 +227,8 @@ class Ingest(Generic[T]):
                 self._process_line_tolerant(line)
                 return
             if obj.key:
-                rv = obj.resource_version
+                # The wire's string where the projector names it: a projection may store it as an int.
+                rv = obj.resource_version if wire_rv is None else wire_rv(wire)
                 if rv:
                     self.resource_version = rv  # for DELETED this is the deletion RV
                 self.last_event = self.last_activity

@@ -75,10 +75,6 @@ _YIELD_LINES = 64
 _YIELD_SECONDS = 0.001
 
 
-async def _sleep0() -> None:
-    await asyncio.sleep(0)
-
-
 _READ_BYTES = 256 * 1024  # at most this much of a watch body per read (see _consume)
 
 
@@ -140,7 +136,7 @@ class Reflector(Generic[T]):
     ) -> None:
         self._client = client
         # Where ingestion yields: to urgent work (a scrape) when one is under way (priority.py).
-        self._yield = priority.yield_to_urgent if priority is not None else _sleep0
+        self._priority = priority if priority is not None else LoopPriority()
         self._path = path
         self._ingest = ingest
         self.counters = counters
@@ -407,12 +403,14 @@ class Reflector(Generic[T]):
 
         A read does not suspend while data is buffered, so under a firehose the reflector yields
         to the loop itself: every ``_YIELD_LINES`` lines or ``_YIELD_SECONDS``, checked per line, so a
-        scrape, a probe or a lease renewal never waits more than about a millisecond behind it.
+        scrape, a probe or a lease renewal never waits more than about a millisecond behind it; and at
+        once when a request has arrived or is being answered (``LoopPriority.wanted``, also per line).
         """
         split = LineSplitter(self._max_object_bytes).feed
         ingest = self._ingest
         process = ingest.process_line
         clock = self._clock
+        priority = self._priority
         slice_end = clock() + _YIELD_SECONDS
         budget = _YIELD_LINES
         # Bounded reads where the stream offers them (aiohttp's): readany() joins all that is buffered, and
@@ -429,8 +427,8 @@ class Reflector(Generic[T]):
             self._received += len(chunk)
             lines, oversized = split(chunk)
             for line in lines:
-                if budget <= 0 or clock() >= slice_end:
-                    await self._yield()
+                if priority.wanted or budget <= 0 or clock() >= slice_end:
+                    await priority.yield_to_urgent()
                     slice_end = clock() + _YIELD_SECONDS
                     budget = _YIELD_LINES
                 process(line)

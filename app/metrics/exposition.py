@@ -24,10 +24,11 @@ scrape then compresses only the few kilobytes of self-telemetry and continues th
 value (a CRC can be continued over appended data, not prepended data: hence the order).
 
 All methods run on the event loop thread. A scrape costs: the Trainer text from its cache (see
-series.py), ~0.5 ms of prometheus_client for the self-telemetry registry, and, if the Trainer
-text changed since the last gzip scrape, compressing it (~3 ms of CPU per MB at level 1, the largest
-cost for bodies of several MB); the async variant moves that compression to a worker thread (zlib
-releases the GIL) so the loop keeps serving informer events meanwhile.
+series.py), the self-telemetry registry (collected every time, its families re-rendered only when they
+changed: app/metrics/registry_render.py, ~0.3 ms), and, if the Trainer text changed since the last gzip
+scrape, compressing it (~3 ms of CPU per MB at level 1, the largest cost for bodies of several MB); the
+async variant does that compression in a worker thread (zlib releases the GIL) while the loop renders the
+self-telemetry, so the two overlap on two cores and the loop is never held for the compression.
 
 Bodies of several MB: glibc hands each freshly allocated multi-MB buffer back to the kernel when it is
 freed, so every scrape page-faults the new body in (~3-4 ms per 7 MB measured). Setting
@@ -40,16 +41,13 @@ from __future__ import annotations
 import asyncio
 import struct
 import zlib
-from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry
-from prometheus_client import exposition as _text_exposition
-from prometheus_client.openmetrics import exposition as _om_exposition
-from prometheus_client.registry import Collector
 
 from app.metrics.family import Format
-from app.metrics.protobuf import CONTENT_TYPE_PROTOBUF, encode_registry
+from app.metrics.protobuf import CONTENT_TYPE_PROTOBUF
+from app.metrics.registry_render import RegistryRenderer, openmetrics_family, protobuf_family, text_family
 
 __all__ = [
     "CONTENT_TYPE_OPENMETRICS",
@@ -75,16 +73,13 @@ _EOF = b"# EOF\n"
 _PROTOBUF_MEDIA = "application/vnd.google.protobuf"
 _PROTOBUF_PROTO = "io.prometheus.client.metricfamily"  # compared lower-cased
 
-# prometheus_client ships these untyped; pin their types once here for mypy --strict.
-_generate_text: Callable[[Collector], bytes] = _text_exposition.generate_latest
-_generate_openmetrics: Callable[[Collector], bytes] = _om_exposition.generate_latest
 
 # gzip member header (RFC 1952): magic, CM=deflate, no flags, MTIME=0 (none), XFL=4 (fastest
 # compression), OS=255 (unknown).
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff"
-# Trainer texts at least this large are compressed in a worker thread by the async variant; below it
-# the thread hand-off costs more than it saves.
-_THREAD_MIN_BYTES = 256 * 1024
+# Trainer texts at least this large are compressed in a worker thread by the async variant, beside the
+# self-telemetry's render on the loop; below it (~0.1 ms of zlib) the hand-off costs more than it saves.
+_THREAD_MIN_BYTES = 32 * 1024
 
 
 class TrainerSource(Protocol):
@@ -196,7 +191,12 @@ class MetricsExposition:
     def __init__(self, registry: CollectorRegistry, *, gzip_level: int = 1) -> None:
         if not 1 <= gzip_level <= 9:
             raise ValueError("gzip_level must be within 1..9")
-        self._registry = registry
+        # Self-telemetry per format, each family's bytes kept while it is unchanged (registry_render.py).
+        self._self_renderers = {
+            Format.TEXT: RegistryRenderer(registry, text_family),
+            Format.OPENMETRICS: RegistryRenderer(registry, openmetrics_family),
+            Format.PROTOBUF: RegistryRenderer(registry, protobuf_family),
+        }
         self._gzip_level = gzip_level
         self._source: TrainerSource | None = None
         self._segments: dict[Format, _Segment] = {}  # by format, for the current source
@@ -216,33 +216,37 @@ class MetricsExposition:
     async def build_metrics_response_async(
         self, accept: str | None, accept_encoding: str | None
     ) -> MetricsResponse:
-        """Like :meth:`build_metrics_response`, compressing a large changed Trainer part off the loop."""
+        """Like :meth:`build_metrics_response`, compressing a changed Trainer part in a worker thread while
+        the loop renders the self-telemetry (zlib releases the GIL: the two run on two cores at once)."""
         fmt = negotiate(accept)
         if not accepts_gzip(accept_encoding):
             return self._finish(fmt, self._trainer_part(fmt), None)
         source = self._source
         trainer = self._trainer_part(fmt)
         segment = self._cached_segment(fmt, trainer)
-        if segment is None:
-            if len(trainer) >= _THREAD_MIN_BYTES:
-                # `trainer` is immutable bytes: the loop may change the state meanwhile, safely.
-                segment = await asyncio.to_thread(_deflate_segment, trainer, self._gzip_level)
-                if self._source is not source:
-                    # Leadership changed while compressing: answer for the new situation (a
-                    # follower must not serve Trainer metrics rendered a moment ago as leader).
-                    return self._build(fmt, True)
-            else:
-                segment = _deflate_segment(trainer, self._gzip_level)
-            segment = self._store_segment(fmt, segment)
-        return self._finish(fmt, trainer, segment)
+        if segment is not None or len(trainer) < _THREAD_MIN_BYTES:
+            return self._build(fmt, True, trainer, segment)
+        # `trainer` is immutable bytes: the loop may change the state meanwhile, safely.
+        compressing = asyncio.ensure_future(asyncio.to_thread(_deflate_segment, trainer, self._gzip_level))
+        tail = self._self_part(fmt)
+        segment = await compressing
+        if self._source is not source:
+            # Leadership changed while compressing: answer for the new situation (a follower must not
+            # serve Trainer metrics rendered a moment ago as leader).
+            return self._build(fmt, True)
+        return self._finish(fmt, trainer, self._store_segment(fmt, segment), tail)
 
     # --- internals ---------------------------------------------------------------------------------
 
-    def _build(self, fmt: Format, gzip: bool) -> MetricsResponse:
-        trainer = self._trainer_part(fmt)
+    def _build(
+        self, fmt: Format, gzip: bool, trainer: bytes | None = None, segment: _Segment | None = None
+    ) -> MetricsResponse:
+        """The response built on the calling thread (``trainer`` and its cached ``segment`` if read)."""
+        if trainer is None:
+            trainer = self._trainer_part(fmt)
+            segment = self._cached_segment(fmt, trainer) if gzip else None
         if not gzip:
             return self._finish(fmt, trainer, None)
-        segment = self._cached_segment(fmt, trainer)
         if segment is None:
             segment = self._store_segment(fmt, _deflate_segment(trainer, self._gzip_level))
         return self._finish(fmt, trainer, segment)
@@ -256,13 +260,9 @@ class MetricsExposition:
         return source.render_openmetrics() if fmt is Format.OPENMETRICS else source.render_text()
 
     def _self_part(self, fmt: Format) -> bytes:
-        if fmt is Format.OPENMETRICS:
-            # Ends with the body's one "# EOF": the self part is last (see the module docstring).
-            body = _generate_openmetrics(self._registry)
-            return body if body.endswith(_EOF) else body + _EOF
-        if fmt is Format.PROTOBUF:
-            return encode_registry(self._registry)
-        return _generate_text(self._registry)
+        body = self._self_renderers[fmt].render()
+        # OpenMetrics ends with the body's one "# EOF": the self part is last (see the module docstring).
+        return body + _EOF if fmt is Format.OPENMETRICS else body
 
     def _cached_segment(self, fmt: Format, trainer: bytes) -> _Segment | None:
         cached = self._segments.get(fmt)
@@ -274,8 +274,11 @@ class MetricsExposition:
         self._segments[fmt] = segment
         return segment
 
-    def _finish(self, fmt: Format, trainer: bytes, segment: _Segment | None) -> MetricsResponse:
-        tail = self._self_part(fmt)  # self-telemetry (and # EOF): fresh on every scrape
+    def _finish(
+        self, fmt: Format, trainer: bytes, segment: _Segment | None, tail: bytes | None = None
+    ) -> MetricsResponse:
+        if tail is None:
+            tail = self._self_part(fmt)  # self-telemetry (and # EOF): fresh on every scrape
         headers = {"Content-Type": _CONTENT_TYPES[fmt], "Vary": "Accept, Accept-Encoding"}
         if segment is None:
             return MetricsResponse(trainer + tail, headers)

@@ -103,17 +103,19 @@ class TrainerMetricState:
         runtime_provider: RuntimeProvider | None = None,
         *,
         flush_every: int = 32,
+        publish_interval: float = 0.02,
         zero_hold: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         extra_families: Sequence[Family] = (),
         exemplars: bool = False,
     ) -> None:
-        """``flush_every``: see :class:`app.metrics.series.SeriesCache`. ``zero_hold``: seconds a new
-        counter or histogram series is served as zeros (born at zero); None: no hold, every render
-        shows the real values (tests, benchmarks). ``extra_families``: gauge families kept by someone
-        else (the opt-in per-TrainJob series, app/metrics/per_job.py), exported after these, by the leader
-        only like these; their owner calls ``extra_changed`` after changing them. ``exemplars``: counters
-        and histograms carry the TrainJob of their last observation (OpenMetrics and protobuf)."""
+        """``flush_every``, ``publish_interval``: see :class:`app.metrics.series.SeriesCache`.
+        ``zero_hold``: seconds a new counter or histogram series is served as zeros (born at zero); None:
+        no hold, every render shows the real values (tests, benchmarks). ``extra_families``: gauge families
+        kept by someone else (the opt-in per-TrainJob series, app/metrics/per_job.py), exported after
+        these, by the leader only like these; their owner calls ``extra_changed`` after changing them.
+        ``exemplars``: counters and histograms carry the TrainJob of their last observation (OpenMetrics
+        and protobuf)."""
         if zero_hold is not None and not (math.isfinite(zero_hold) and zero_hold >= 0):
             raise ValueError("zero_hold must be a finite number >= 0")
         self._runtime_provider = runtime_provider
@@ -184,6 +186,8 @@ class TrainerMetricState:
                 *extra_families,
             ),
             flush_every=flush_every,
+            publish_interval=publish_interval,
+            clock=clock,
         )
         self._zero_hold = zero_hold
         self._clock = clock

@@ -12,6 +12,7 @@ from typing import ClassVar, cast
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from app.kube.priority import request_arrived
 from app.serving.guard import ConnectionGuard, Slot
 
 # Request heads up to this size: a 16 KiB bearer token (app/api/auth/middleware.py's MAX_TOKEN_BYTES)
@@ -33,8 +34,11 @@ class GuardedH11Protocol(H11Protocol):
     def handle_events(self) -> None:
         cycle = self.cycle
         super().handle_events()
-        if self.cycle is not cycle and self._slot is not None:
-            self.guard.set_busy(self._slot)  # a new request head was parsed
+        if self.cycle is not cycle:
+            # A new request head was parsed and its task queued: ingestion lets it run first.
+            request_arrived()
+            if self._slot is not None:
+                self.guard.set_busy(self._slot)
 
     def on_response_complete(self) -> None:
         # Before super(): it may start a pipelined request. A response still in the transport's buffer

@@ -180,9 +180,22 @@ class TrainJobProjector:
         return object_key(meta.namespace, meta.name)
 
     @staticmethod
+    def wire_rv(wire: Any) -> str:
+        """``metadata.resourceVersion`` as sent."""
+        rv: str = wire.metadata.resourceVersion
+        return rv
+
+    @staticmethod
     def same_uid(a: TrainJobProjection, b: TrainJobProjection) -> bool:
         """``a.uid == b.uid`` without rebuilding the strings."""
         same: bool = a.uid_key == b.uid_key
+        return same
+
+    @staticmethod
+    def same_version(a: TrainJobProjection, b: TrainJobProjection) -> bool:
+        """``a.resource_version == b.resource_version`` without building the strings (equal strings are
+        stored equal: compact_rv)."""
+        same: bool = a.rv == b.rv
         return same
 
     def from_wire(self, wire: Any, previous: TrainJobProjection | None = None) -> TrainJobProjection:

@@ -1,12 +1,15 @@
 """LoopPriority (app/kube/priority.py): while a scrape is being answered, watch ingestion's yields wait for
-it (bounded), so the scrape is not interleaved with ingestion slices and its worker thread gets the GIL."""
+it (bounded), so the scrape is not interleaved with ingestion slices and its worker thread gets the GIL; and
+once a request head has arrived, ingestion yields at its next line so that the request's task runs first."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from app.kube.priority import LoopPriority
+from app.kube.priority import LoopPriority, request_arrived
+from tests.support.informer_fakes import Recorder, Thing, obj, running
+from tests.support.informer_rig import Rig, line
 
 
 async def test_without_urgent_work_a_yield_is_one_loop_turn() -> None:
@@ -44,3 +47,55 @@ async def test_a_section_that_never_closes_delays_each_yield_by_max_wait_only() 
         started = time.monotonic()
         await asyncio.wait_for(priority.yield_to_urgent(), 5.0)  # the bound, not the 5 s guard, ends it
         assert time.monotonic() - started >= 0.04  # the loop may run a timer up to its clock resolution early
+
+
+def test_wanted_follows_nudges_and_open_sections() -> None:
+    priority = LoopPriority()
+    assert not priority.wanted
+    priority.nudge()
+    assert priority.wanted
+    with priority.urgent():
+        assert priority.wanted
+    assert priority.wanted  # the nudge is still pending: bulk work has not yielded since
+    with priority.urgent():
+        pass
+    asyncio.run(priority.yield_to_urgent())  # the yield takes the nudge
+    assert not priority.wanted
+
+
+def test_a_request_head_nudges_every_live_priority() -> None:
+    first, second = LoopPriority(), LoopPriority()
+    request_arrived()
+    assert first.wanted and second.wanted
+
+
+class _Requesting(Recorder):
+    """On one object, does what the HTTP protocol does when a request head arrives: queues the request's
+    task and nudges ingestion. The task records how many objects had been applied when it first ran."""
+
+    def __init__(self, on_key: str) -> None:
+        super().__init__()
+        self.on_key = on_key
+        self.applied_when_served: list[int] = []
+
+    def on_added(self, obj: Thing, initial: bool) -> None:
+        super().on_added(obj, initial)
+        if obj.key == self.on_key:
+
+            async def request() -> None:
+                self.applied_when_served.append(len(self.calls))
+
+            asyncio.get_running_loop().create_task(request())
+            request_arrived()
+
+
+async def test_ingestion_lets_an_arrived_request_run_after_the_line_it_is_on() -> None:
+    # A clock that never moves: only the line budget (64) or a nudge can end the reflector's slice, so the
+    # request would otherwise run after all 60 lines of the chunk.
+    recorder = _Requesting("ns/j9")
+    rig = Rig(priority=LoopPriority(), clock=lambda: 0.0, recorder=recorder)
+    async with running(rig.informer):
+        await rig.start()
+        await rig.lines(*(line("ADDED", obj(f"j{i}", 10 + i)) for i in range(60)), one_chunk=True)
+    assert len(recorder.calls) == 60
+    assert recorder.applied_when_served == [10]

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import threading
 import zlib
+from typing import Any
 
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.handover.journal import CountJournal
+from app.metrics import exposition as exposition_module
 from app.metrics.exposition import (
     CONTENT_TYPE_OPENMETRICS,
     CONTENT_TYPE_TEXT,
@@ -157,6 +161,31 @@ async def test_async_variant_matches_sync(
     assert gzip.decompress(body).startswith(state.render_text())
     body, headers = await exposition.build_metrics_response_async("application/openmetrics-text", None)
     assert body.startswith(state.render_openmetrics()) and body.endswith(b"# EOF\n")
+
+
+async def test_leadership_lost_while_the_trainer_part_is_compressed_serves_no_trainer_metrics(
+    setup: tuple[MetricsExposition, TrainerMetricState, SelfTelemetry], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exposition, state, _ = setup
+    exposition.set_trainer_source(state)
+    for i in range(3000):  # past the size from which compression moves to a thread
+        state.on_jobs_gauge((f"ns-{i}", REF, "running"), 1)
+    entered, release = threading.Event(), threading.Event()
+    deflate = exposition_module._deflate_segment
+
+    def held_deflate(data: bytes, level: int) -> Any:
+        entered.set()
+        release.wait(10)
+        return deflate(data, level)
+
+    monkeypatch.setattr(exposition_module, "_deflate_segment", held_deflate)
+    building = asyncio.ensure_future(exposition.build_metrics_response_async(None, "gzip"))
+    await asyncio.to_thread(entered.wait, 10)
+    exposition.set_trainer_source(None)  # stops leading while the thread compresses the leader's text
+    release.set()
+    body, _ = await building
+    text = gzip.decompress(body)
+    assert b"kubeflow_trainer_" not in text and b"trainer_metrics_leader" in text
 
 
 def test_self_telemetry_and_journal_hooks() -> None:

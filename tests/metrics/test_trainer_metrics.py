@@ -305,7 +305,7 @@ _op = st.one_of(
 @given(st.lists(_op, max_size=40), st.sampled_from([0, 1, 3, 32]))
 def test_render_text_equals_prometheus_client(ops: list[tuple[object, ...]], flush_every: int) -> None:
     runtimes: list[RuntimeInfo] = []
-    state = TrainerMetricState(lambda: runtimes, flush_every=flush_every)
+    state = TrainerMetricState(lambda: runtimes, flush_every=flush_every, publish_interval=0.0)
     for rv, op in enumerate(ops, start=1):
         kind = op[0]
         if kind == "created":
@@ -355,7 +355,7 @@ def test_render_text_equals_prometheus_client(ops: list[tuple[object, ...]], flu
 
 def test_many_series_across_blocks_with_removals_keep_prometheus_client_order() -> None:
     rng = random.Random(7)
-    state = TrainerMetricState(flush_every=5)
+    state = TrainerMetricState(flush_every=5, publish_interval=0.0)
     keys = [(f"ns-{i % 17}", f"{REF}-{i % 23}", state_) for i in range(400) for state_ in ("running",)]
     for step in range(3000):
         key = rng.choice(keys)
@@ -366,3 +366,26 @@ def test_many_series_across_blocks_with_removals_keep_prometheus_client_order() 
             assert state.render_text() == reference_text(state)
     assert state.render_text() == reference_text(state)
     assert state.series_count == sum(len(f) for f in state.families)
+
+
+def test_changed_series_are_rendered_at_most_once_per_publish_interval() -> None:
+    """Under a firehose every gauge series moves on nearly every event: they are re-rendered once per
+    ``publish_interval`` (checked every ``flush_every`` changes), never per change; a scrape renders the
+    rest."""
+    now = [0.0]
+    state = TrainerMetricState(flush_every=1, publish_interval=0.05, clock=lambda: now[0])
+    state.render_text()  # a scrape asked for the text format: its chunks are kept rendered from now on
+    pending = state.trainjobs._dirty  # the series waiting for their next render
+    state.on_jobs_gauge(("ns", REF, "running"), 1)
+    assert not pending  # the first change after the interval: published at once
+    for count in range(2, 40):
+        now[0] += 0.001
+        state.on_jobs_gauge(("ns", REF, "running"), count)
+    assert pending == {("ns", REF, "running")}  # 38 changes within the interval: not rendered yet
+    assert b'{namespace="ns",runtime_ref="%s",state="running"} 39' % REF.encode() in state.render_text()
+    assert not pending
+    state.on_jobs_gauge(("ns", REF, "running"), 40)
+    assert pending  # a scrape does not start a new interval: still within the one published at 0
+    now[0] = 0.06
+    state.on_jobs_gauge(("ns", REF, "running"), 41)
+    assert not pending

@@ -9,6 +9,7 @@ import orjson
 
 from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
+from app.kube.priority import LoopPriority
 from tests.support.informer_fakes import THINGS, FakeClient, FakeStream, Projector, Recorder, Thing
 
 __all__ = ["EXPIRED", "FAST", "Rig", "line", "page"]
@@ -37,11 +38,20 @@ FAST = InformerOptions(backoff_base=0.001, backoff_cap=0.001)
 class Rig:
     """An informer on a fake client, running; ``watch`` and ``relist`` feed it and wait until it is idle."""
 
-    def __init__(self, *, telemetry: InformerTelemetry | None = None, clock: Any = None) -> None:
+    def __init__(
+        self,
+        *,
+        telemetry: InformerTelemetry | None = None,
+        clock: Any = None,
+        priority: LoopPriority | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
         self.client = FakeClient()
         self.projector = Projector()
-        self.recorder = Recorder()
+        self.recorder = recorder or Recorder()
         kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
+        if priority is not None:
+            kwargs["priority"] = priority
         self.informer: Informer[Thing] = Informer(
             self.client,
             THINGS,
