@@ -228,6 +228,9 @@ class MetricsExposition:
             return self._build(fmt, True, trainer, segment)
         # `trainer` is immutable bytes: the loop may change the state meanwhile, safely.
         compressing = asyncio.ensure_future(asyncio.to_thread(_deflate_segment, trainer, self._gzip_level))
+        # One loop turn between the two renders: timers and probes due meanwhile run (ingestion does not:
+        # the caller's urgent section holds it), so the loop is never held for both renders in one step.
+        await asyncio.sleep(0)
         tail = self._self_part(fmt)
         segment = await compressing
         if self._source is not source:
