@@ -70,14 +70,17 @@ class Cache(Generic[T]):
         *,
         name: str,
         same_uid: Callable[[T, T], bool] = same_uid,
-        same_version: Callable[[T, T], bool] = same_version,
+        unchanged: Callable[[T, T], bool] = same_version,
     ) -> None:
+        """``unchanged(old, new)``: the handler need not hear of ``new`` (by default: the same
+        resourceVersion; a projector may also say so of a new version that projects to the same state).
+        The cache keeps ``new`` either way."""
         self.store: dict[str, T] = {}
         self._handler = handler
         self._counters = counters
         self._name = name  # for log lines
         self._same_uid = same_uid
-        self._same_version = same_version
+        self._unchanged = unchanged
         self._logged = KeyedOnce()
 
     def apply(self, etype: str, obj: T) -> None:
@@ -104,7 +107,7 @@ class Cache(Generic[T]):
             elif not self._same_uid(old, obj):  # missed delete + create: report both
                 self._notify_deleted(old)
                 handler.on_added(obj, False)
-            elif not self._same_version(old, obj):
+            elif not self._unchanged(old, obj):
                 handler.on_updated(old, obj)
         except Exception:
             self._handler_failed("event", obj)
@@ -150,7 +153,7 @@ class Cache(Generic[T]):
             elif not self._same_uid(old, obj):  # deleted and recreated while we were not watching
                 self._notify_deleted(old)
                 self._notify_added(obj, False)
-            elif not self._same_version(old, obj):
+            elif not self._unchanged(old, obj):
                 self._notify_updated(old, obj)
         for key, old in old_store.items():
             if key not in items:

@@ -35,8 +35,9 @@ class Projector(Protocol[T_co]):
       passes the cached projection under that key (or None) as ``from_wire(wire, previous)``, so the
       projector can reuse what an update did not change;
     - ``same_uid(a, b) -> bool``: ``a.uid == b.uid``, for projections that store the uid compactly;
-    - ``same_version(a, b) -> bool``: ``a.resource_version == b.resource_version``, likewise (checked on
-      every update: a projection that stores it as an int would build two strings per event);
+    - ``unchanged(a, b) -> bool``: the handler need not hear of ``b`` after ``a`` (checked on every update;
+      by default ``a.resource_version == b.resource_version``). A projector may compare the stored
+      versions (no strings built) and also say so of a new version that projects to the same state;
     - ``wire_rv(wire) -> str``: the resourceVersion of ``wire`` as sent (for the same reason).
     """
 
@@ -154,7 +155,7 @@ class Decoder(Generic[T]):
         self.wire_key: Callable[[Any], str] | None = getattr(projector, "wire_key", None)
         self.wire_rv: Callable[[Any], str] | None = getattr(projector, "wire_rv", None)
         self.same_uid: Callable[[T, T], bool] = getattr(projector, "same_uid", None) or same_uid
-        self.same_version: Callable[[T, T], bool] = getattr(projector, "same_version", None) or same_version
+        self.unchanged: Callable[[T, T], bool] = getattr(projector, "unchanged", None) or same_version
         self._from_json = projector.from_json
 
     def project_json(self, raw: Any) -> T | None:

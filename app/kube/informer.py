@@ -82,7 +82,7 @@ class Informer(Generic[T]):
             self.counters,
             name=self.name,
             same_uid=decoder.same_uid,
-            same_version=decoder.same_version,
+            unchanged=decoder.unchanged,
         )
         self._ingest = Ingest(decoder, self._cache, self.counters, name=self.name, clock=clock)
         self._reflector = Reflector(

@@ -29,6 +29,7 @@ from app.trainer.projections import (
     RuntimeProjection,
     TrainJobProjection,
     compact_rv,
+    same_but_version,
     same_uid_text,
 )
 from app.trainer.wire import (
@@ -192,11 +193,12 @@ class TrainJobProjector:
         return same
 
     @staticmethod
-    def same_version(a: TrainJobProjection, b: TrainJobProjection) -> bool:
-        """``a.resource_version == b.resource_version`` without building the strings (equal strings are
-        stored equal: compact_rv)."""
-        same: bool = a.rv == b.rv
-        return same
+    def unchanged(a: TrainJobProjection, b: TrainJobProjection) -> bool:
+        """The TrainerState need not hear of ``b``: the same resourceVersion (compared as stored: equal
+        strings are stored equal, compact_rv), or a new one whose projection is the same in every other
+        field (a status write of something no rule reads: trainer progress while the per-TrainJob series are
+        off, a heartbeat, a label). Nothing the rules read can differ then, so they are skipped."""
+        return bool(a.rv == b.rv or same_but_version(a, b))
 
     def from_wire(self, wire: Any, previous: TrainJobProjection | None = None) -> TrainJobProjection:
         w: TrainJobWire = wire
