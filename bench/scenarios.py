@@ -83,12 +83,16 @@ class Results:
 
 
 class _CountingHandler:
-    """Wraps the TrainerState's job handler: counts updates and stamps the first and the n-th."""
+    """Wraps the TrainerState's job handler; stamps the first update and the one at which the informer has
+    applied ``target`` MODIFIED events since. Events, not handler calls: an update that reaches no handler
+    (``TrainJobProjector.unchanged``) is ingested work too."""
 
     def __init__(self, inner: Any, target: int) -> None:
         self.inner = inner
         self.target = target
-        self.count = 0
+        self.counters: Any = None  # the informer's InformerCounters, set once it is built
+        self.start = 0
+        self.events = 0
         self.first = 0.0
         self.last = 0.0
         self.done = asyncio.Event()
@@ -98,11 +102,15 @@ class _CountingHandler:
 
     def on_updated(self, old: Any, new: Any) -> None:
         self.inner.on_updated(old, new)
-        self.count += 1
-        if self.count == 1:
+        if self.done.is_set():
+            return
+        applied = self.counters.modified
+        if not self.first:
             self.first = time.perf_counter()
-        elif self.count == self.target:
+            self.start = applied
+        elif applied - self.start >= self.target - 1:
             self.last = time.perf_counter()
+            self.events = applied - self.start
             self.done.set()
 
     def on_deleted(self, last: Any) -> None:
@@ -167,6 +175,7 @@ async def _informer_rate(kubeconfig: str, events: int, *, exact: bool = True) ->
     while not all(i.synced for i in informers):  # noqa: ASYNC110
         await asyncio.sleep(0.01)
     jobs = Informer(client, TRAINJOBS, None, TRAINJOB_PROJECTOR, counting)
+    counting.counters = jobs.counters
     gc.collect()
     tasks.append(asyncio.create_task(jobs.run()))
     try:
@@ -177,7 +186,7 @@ async def _informer_rate(kubeconfig: str, events: int, *, exact: bool = True) ->
         await asyncio.gather(*tasks, return_exceptions=True)
         await client.close()
     metric_state.render_text()  # the state really holds what it was fed
-    return (events - 1) / (counting.last - counting.first)
+    return counting.events / (counting.last - counting.first)
 
 
 async def _baseline_rate(kubeconfig: str, events: int) -> float:
