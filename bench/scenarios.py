@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import os
 import re
 import time
@@ -269,6 +270,9 @@ def _decode_rates(lines: list[bytes]) -> tuple[float, float]:
 
 
 def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
+    # The replay's jobs include a few with unusable fields, which every in-process pipeline (about 30 a run)
+    # logs once each: the progress lines would drown. The service processes of the other steps still log.
+    logging.getLogger("app.trainer.state").setLevel(logging.ERROR)
     kubeconfig = str(work / "replay.kubeconfig")
     args = [
         PYTHON,
