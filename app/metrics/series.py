@@ -115,8 +115,7 @@ class SeriesCache:
         return sum(len(f) for f in self.families)
 
     def changed(self) -> None:
-        bodies = self._bodies  # invalidate() inlined: once per counted change
-        bodies[0] = bodies[1] = bodies[2] = None
+        self.invalidate()
         if not self._flush_every:
             return
         self._changes += 1

@@ -133,18 +133,8 @@ class RuntimeRefs:
         if count == 0:  # not tracked (cannot happen with a consistent informer); stay consistent
             self.add(new_key)
             return
-        # label() and both _bump() inlined: this runs on every TrainJob state change.
-        label = raw_ref if raw_ref in self.by_ref or raw_ref in self._admitted else rules.UNKNOWN
-        effective = self._counts
-        on_gauge = self._sink.on_jobs_gauge
-        key = (old_key[0], label, old_key[2])
-        value = effective.get(key, 0) - 1
-        if value > 0:
-            effective[key] = value
-        else:
-            effective.pop(key, None)
-            value = 0
-        on_gauge(key, value)
+        label = self.label(raw_ref)
+        self._bump((old_key[0], label, old_key[2]), -1)
         keys = self._raw_keys_by_ref[raw_ref]
         if count == 1:
             del counts[old_key]
@@ -155,10 +145,7 @@ class RuntimeRefs:
         counts[new_key] = count + 1
         if count == 0:
             keys.add(new_key)
-        key = (new_key[0], label, new_key[2])
-        value = effective.get(key, 0) + 1
-        effective[key] = value
-        on_gauge(key, value)
+        self._bump((new_key[0], label, new_key[2]), 1)
 
     def _bump(self, key: GaugeKey, delta: int) -> None:
         value = self._counts.get(key, 0) + delta
