@@ -36,11 +36,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from kubesim.apiserver.http.kubeconfig import write_kubeconfig
 from kubesim.trainer import controller, jobset
 from kubesim.trainer.cluster import trainer_store
 from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 
 _RV_MARK = "__RV_MARK__"
 _BATCH_BYTES = 256 * 1024

@@ -25,11 +25,11 @@ from typing import Any
 
 from aiohttp import web
 
-from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from kubesim.apiserver.storage.store import Store
 from kubesim.trainer import jobset
 from kubesim.trainer.cluster import SimulatedCluster, trainer_store
 from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from kubesim.trainer.shapes_runtimes import API_VERSION
 
 PROBE_NS = "bench-probe"
