@@ -43,6 +43,22 @@ ROWS: tuple[Row, ...] = (
         "ev/s",
         digits=0,
     ),
+    Row(
+        "P1",
+        "the same pipeline fed the same lines from memory (no socket)",
+        "p1_offline_rate",
+        "ev/s",
+        digits=0,
+    ),
+    Row(
+        "P1",
+        "the informer's read path (socket, bounded reads, line split) + `orjson.loads` only",
+        "p1_socket_orjson_rate",
+        "ev/s",
+        digits=0,
+    ),
+    Row("P1", "pipeline from memory ÷ bare orjson.loads (no socket)", "p1_offline_vs_orjson", "x"),
+    Row("P1", "read path + orjson ÷ bare orjson.loads (what reading costs)", "p1_socket_vs_orjson", "x"),
     # The goal is 1.0; the target is 0.8 until the pipeline gets there (bench/analysis.md).
     Row("P1", "ingest ÷ bare orjson.loads (goal: 1.0)", "p1_vs_orjson", "x", op=">=", target=0.8),
     Row("P1", "ingest ÷ kubernetes-asyncio Watch baseline", "p1_vs_baseline", "x", op=">=", target=6.0),

@@ -238,6 +238,88 @@ async def _baseline_rate(kubeconfig: str, events: int) -> float:
     return (events - 1) / (last - first)
 
 
+async def _socket_orjson_rate(kubeconfig: str, events: int) -> float:
+    """The socket's share of P1: the informer's own read path (KubeClient.stream, bounded reads,
+    LineSplitter) with nothing after it but ``orjson.loads`` of each line. P1 ÷ this is what the rest of
+    the pipeline costs over a bare parse of what arrives; this ÷ bare orjson is what reading costs."""
+    from app.kube.client import KubeClient
+    from app.kube.lines import LineSplitter
+
+    client = await KubeClient.connect(kubeconfig)
+    split = LineSplitter(4 * 1024 * 1024).feed
+    loads = orjson.loads
+    count, first = 0, 0.0
+    timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=60)
+    try:
+        async with client.stream(TRAINJOBS_PATH, query={"watch": "true"}, timeout=timeout) as resp:
+            read = resp.content.read
+            while count < events:
+                chunk = await read(256 * 1024)
+                if not chunk:
+                    break
+                for line in split(chunk)[0]:
+                    loads(line)
+                    count += 1
+                    if count == 1:
+                        first = time.perf_counter()
+        last = time.perf_counter()
+    finally:
+        await client.close()
+    return (count - 1) / (last - first)
+
+
+async def _fetch_lists(url: str) -> list[bytes]:
+    """The LIST bodies of the cluster runtimes, the runtimes and the TrainJobs, in that order."""
+    from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+
+    bodies = []
+    async with aiohttp.ClientSession() as session:
+        for kind in (CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS):
+            async with session.get(url + kind.collection_path(None)) as resp:
+                bodies.append(await resp.read())
+    return bodies
+
+
+def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
+    """P1 without the socket: the same lists and the same pipeline (Decoder, Cache, Ingest, TrainerState,
+    journal, ledger, metric state), the TrainJobs' ``lines`` fed from memory."""
+    from app.kube.cache import Cache
+    from app.kube.decode import Decoder
+    from app.kube.informer_telemetry import InformerCounters
+    from app.kube.ingest import Ingest
+    from app.trainer.projectors import (
+        CLUSTER_TRAINING_RUNTIME_PROJECTOR,
+        TRAINING_RUNTIME_PROJECTOR,
+        TRAINJOB_PROJECTOR,
+    )
+
+    state, metric_state = _pipeline()
+    wiring: tuple[tuple[Any, Any], ...] = (
+        (CLUSTER_TRAINING_RUNTIME_PROJECTOR, state.runtime_handler),
+        (TRAINING_RUNTIME_PROJECTOR, state.runtime_handler),
+        (TRAINJOB_PROJECTOR, state.job_handler),
+    )
+    ingests: list[Ingest[Any]] = []
+    for (projector, handler), body in zip(wiring, list_bodies, strict=True):
+        decoder: Decoder[Any] = Decoder(projector)
+        counters = InformerCounters()
+        cache = Cache(handler, counters, name="bench", same_uid=decoder.same_uid, unchanged=decoder.unchanged)
+        ingest = Ingest(decoder, cache, counters, name="bench", clock=time.monotonic)
+        items: dict[str, Any] = {}
+        unusable: set[str] = set()
+        list_rv, _ = ingest.list_page(body, items, unusable)
+        ingest.replace(items, list_rv, unusable)
+        ingests.append(ingest)
+    process = ingests[-1].process_line
+    gc.collect()
+    t = time.perf_counter()
+    for line in lines:
+        process(line)
+    rate = len(lines) / (time.perf_counter() - t)
+    metric_state.render_text()
+    return rate
+
+
 async def _fetch_lines(url: str, events: int) -> list[bytes]:
     chunks: list[bytes] = []
     newlines = 0
@@ -292,7 +374,9 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
         for _ in range(sizes.reps):
             lines = asyncio.run(_fetch_lines(info["url"], sizes.p1_events))
             orjson_rate, msgspec_rate = _decode_rates(lines)
+            offline = _offline_rate(asyncio.run(_fetch_lists(info["url"])), lines)
             del lines
+            socket_orjson = asyncio.run(_socket_orjson_rate(kubeconfig, sizes.p1_events))
             informer = asyncio.run(_informer_rate(kubeconfig, sizes.p1_events))
             baseline = asyncio.run(_baseline_rate(kubeconfig, sizes.p1_baseline_events))
             # P9: the same ingest without what PromQL-exact counting adds. This host's speed drifts by tens
@@ -309,6 +393,10 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
             res.fig("p1_orjson_rate").add(orjson_rate)
             res.fig("p1_msgspec_rate").add(msgspec_rate)
             res.fig("p1_baseline_rate").add(baseline)
+            res.fig("p1_offline_rate").add(offline)
+            res.fig("p1_socket_orjson_rate").add(socket_orjson)
+            res.fig("p1_offline_vs_orjson").add(offline / orjson_rate)
+            res.fig("p1_socket_vs_orjson").add(socket_orjson / orjson_rate)
             res.fig("p1_vs_orjson").add(informer / orjson_rate)
             res.fig("p1_vs_baseline").add(informer / baseline)
     finally:
