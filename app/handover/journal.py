@@ -147,6 +147,9 @@ class CountJournal:
         # waiting for its runtime: TrainerState.waiting_rvs); it comes later, with a lower rv than events
         # counted meanwhile.
         self._waiting = waiting
+        # Per stream, the rv after which every countable event is remembered: the first list's (set by
+        # ``remember_from``), raised by every event the bounded journal drops (app/handover/coverage.py).
+        self._remembered_from: dict[str, int] = {}
         # Totals since the process started, also exported through telemetry.
         self.replayed = 0
         self.skipped = 0
@@ -194,6 +197,16 @@ class CountJournal:
         return len(self._journal)
 
     @property
+    def remembered_from(self) -> dict[str, int]:
+        """Per stream, the rv after which every countable event is remembered (see ``remember_from``)."""
+        return dict(self._remembered_from)
+
+    def remember_from(self, stream: str, rv: int) -> None:
+        """The stream's first list was at ``rv``: edges before it were never seen as edges here. Only the
+        first call per stream counts (a relist's gap is the uncertain events' business, not coverage)."""
+        self._remembered_from.setdefault(stream, rv)
+
+    @property
     def journal_size(self) -> int:
         return self._journal_size
 
@@ -208,6 +221,10 @@ class CountJournal:
             if len(self._journal) == self._journal_size:
                 # deque(maxlen) drops the oldest silently; count it so operators can size the journal.
                 self.overflowed += 1
+                dropped = self._journal[0].event
+                stream = self._stream_of(dropped)
+                if dropped.rv > self._remembered_from.get(stream, -1):
+                    self._remembered_from[stream] = dropped.rv
                 if self._telemetry is not None:
                     self._telemetry.journal_overflowed(1)
             self._journal.append(entry)

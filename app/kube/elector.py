@@ -74,7 +74,11 @@ class LeaseElector:
         clock: Callable[[], float] = time.monotonic,
         on_transition: Callable[[bool], None] | None = None,
         on_observed: Callable[[LeaseRecord], None] | None = None,
+        takeover_delay: Callable[[LeaseRecord], float] | None = None,
     ) -> None:
+        """``takeover_delay(record)``: how long after ``record`` became free (released, or expired by our
+        clock) to wait before taking it from its holder; 0 by default. Lets better-placed candidates win the
+        race (app/handover/coverage.py); it delays a takeover, never stops one."""
         self._client = client
         self._config = config
         self._callbacks = callbacks
@@ -82,6 +86,8 @@ class LeaseElector:
         self._clock = clock
         self._on_transition = on_transition
         self._on_observed = on_observed  # every readable record seen (the hand-over watermark lives there)
+        self._takeover_delay = takeover_delay
+        self._deferral_logged_for = -1.0  # the observation (ObservedLease.time) a deferral was logged for
         self._limiter = FailureLog(
             log, "lease API requests succeed again", interval=_LOG_REPEAT_INTERVAL, clock=clock
         )
@@ -275,6 +281,8 @@ class LeaseElector:
                 if rec.holder_identity == cfg.identity:
                     acquire, transitions = rec.acquire_time or now_wall, rec.lease_transitions
                 else:
+                    if self._defers(rec):
+                        return False
                     acquire, transitions = now_wall, rec.lease_transitions + 1
 
             # (6) PUT with the resourceVersion from our GET; a 409 means somebody was faster.
@@ -378,6 +386,31 @@ class LeaseElector:
         if rec is not None and self._on_observed is not None:
             safe_call("on_observed", self._on_observed, rec)
         self._report_leader((rec.holder_identity or None) if rec is not None else None)
+
+    def _defers(self, rec: LeaseRecord) -> bool:
+        """Hold back from taking ``rec`` until ``takeover_delay(rec)`` after it became free."""
+        if self._takeover_delay is None:
+            return False
+        try:
+            delay = self._takeover_delay(rec)
+        except Exception:
+            log.exception("lease %s: takeover_delay failed; not deferring", self._config.lease_name)
+            return False
+        if delay <= 0:
+            return False
+        seen = self._seen.time
+        free_since = seen + (rec.lease_duration_seconds if rec.holder_identity else 0.0)
+        if self._clock() >= free_since + delay:
+            return False
+        if self._deferral_logged_for != seen:
+            self._deferral_logged_for = seen
+            log.info(
+                "lease %s: free, but taking it over only %.1f s after it became free, so that a replica "
+                "better placed to take over (app/handover/coverage.py) wins first",
+                self._config.lease_name,
+                delay,
+            )
+        return True
 
     def _valid_at(self, now: float) -> bool:
         """The last record seen is still in force at ``now`` (an unreadable one: for our own duration)."""

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from app.config import Settings, unknown_env_vars
 from app.handover.candidacy import defer_to_warm_followers
+from app.handover.coverage import uncovered_streams
 from app.handover.journal import CountJournal
 from app.handover.lease_payload import LeasePayload
 from app.handover.scrape_wait import wait_until_scraped
@@ -138,6 +139,7 @@ class Service:
         self.informers: list[Informer[Any]] = []
         self._trainjob_informers: list[Informer[Any]] = []
         self.elector: LeaseElector | None = None
+        self._record_deferred_to: LeaseRecord | None = None  # the Lease as read before the first candidacy
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: list[str] = []
         self._handed_over: bool | None = None  # outcome of this term's hand_over(), once it ran
@@ -261,6 +263,11 @@ class Service:
         self.lease_payload.forget_absent_jobs(
             job.uid_key for informer in self._trainjob_informers for _, job in informer.items()
         )
+        # Edges before each first list were never seen as edges here: the journal covers what comes after.
+        for informer in self._trainjob_informers:
+            rv = informer.resource_version
+            if rv.isdigit():
+                self.journal.remember_from(informer.namespace or "", int(rv))
         if self._owns_process:
             # The synced caches live as long as the process. Left in the collected generations, every
             # full collection walks all of them: 40-60 ms event-loop pauses under a watch firehose
@@ -288,7 +295,7 @@ class Service:
         leases = KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds)
         await defer_to_warm_followers(
             leases,
-            self.lease_payload.observe,
+            self._observe_before_candidacy,
             namespace=s.lease_namespace,
             name=s.lease_name,
             identity=s.identity,
@@ -302,10 +309,34 @@ class Service:
             # What a scrape has shown, not what was counted (app/handover/served.py).
             annotations=lambda: self.lease_payload.annotations(self.served_watermarks()),
             on_observed=self.lease_payload.observe,
+            takeover_delay=self.takeover_delay,
         )
         await self.elector.run()
 
     # --- hand-over -------------------------------------------------------------------------------
+
+    def _observe_before_candidacy(self, record: LeaseRecord) -> None:
+        self._record_deferred_to = record
+        self.lease_payload.observe(record)
+
+    def takeover_delay(self, record: LeaseRecord) -> float:
+        """How long after ``record`` became free to wait before taking it: three retry periods (the
+        warm candidates' next attempt, as ``defer_to_warm_followers``) when this replica's journal starts
+        above the floor it would take over from, so that it could not replay what the holder counted
+        and no scrape showed, and a replica that remembers those events should win; else 0."""
+        if not self.journal.journal_size:
+            return 0.0  # nobody remembers anything: no replica is better placed than another
+        first = self._record_deferred_to
+        if (
+            first is not None
+            and first.holder_identity == record.holder_identity
+            and first.renew_time == record.renew_time
+        ):
+            return 0.0  # the record start-up already deferred on: the warm replicas had their chance
+        floor = self.lease_watermarks.takeover_floor(record)
+        if not uncovered_streams(self.journal.remembered_from, floor):
+            return 0.0
+        return 3 * self.settings.retry_period_seconds
 
     def served_watermarks(self) -> dict[str, int]:
         """The watermarks to publish: what this replica counted and every scraper has seen

@@ -29,7 +29,9 @@ from typing import Any
 import pytest
 
 from app.handover.watermarks import WATERMARK_ANNOTATION
+from app.kube.lease import parse_lease
 from app.kube.microtime import parse_microtime
+from kubesim.apiserver.core import LEASES
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.truth_records import TruthSnapshot
@@ -562,3 +564,43 @@ async def test_fresh_replica_started_at_a_kill_defers_to_the_warm_follower(
         for kind, series in truth.items():
             for labels, value in series.items():
                 assert counted.get(kind, {}).get(labels, 0) >= value, (kind, labels, value)
+
+
+async def test_replica_whose_journal_starts_above_the_watermark_defers_to_one_that_covers_it(
+    sim: SimulatedCluster, workload: WorkloadGenerator, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """A replica that started after the leader's last published watermark cannot replay what the leader
+    counted above it (those edges came before its first list); one that started before can. When the leader
+    dies, the one that can takes over (app/handover/coverage.py; the hour soak's "suspects",
+    docs/reliability.md). The other only waits longer: it is not excluded."""
+    async with Fleet(tmp_path) as fleet:
+        a, b = await leader_then_follower(fleet, kubeconfig)
+        async with generating(workload):
+            await fleet.wait_counted(a, TERM_EVENTS)
+            b_from = b.service.journal.remembered_from[""]
+
+            async def shown_past_b() -> bool:
+                await a.metrics_text()  # a scrape: what it shows is handed over (zero hold 0)
+                return a.service.served_watermarks().get("", -1) >= b_from
+
+            await eventually(shown_past_b, what="a's served watermark past b's first list")
+            # From here nobody scrapes a: its published watermark stays while the workload goes on.
+            await fleet.wait_counted(a, TERM_EVENTS)
+            c = await fleet.add(kubeconfig, "c")
+            await eventually(lambda: c.service.elector is not None, timeout=30, what="c runs for leadership")
+            await fleet.wait_counted(a, 1)  # a renewed after c's first list: the Lease is a's latest
+            await a.service.kill()
+            record = parse_lease(sim.store.get(LEASES, LEASE_NS, LEASE_NAME))
+            floor = b.service.lease_watermarks.takeover_floor(record)
+            assert isinstance(floor, dict) and b_from <= floor[""] < c.service.journal.remembered_from[""]
+            # c holds back three retry periods after the Lease expires by its clock; b does not.
+            assert c.service.takeover_delay(record) == pytest.approx(3 * RETRY)
+            assert b.service.takeover_delay(record) == 0.0
+            await eventually(
+                lambda: b.service.journal.leading or c.service.journal.leading,
+                timeout=TAKEOVER_TIMEOUT,
+                what="a new leader",
+            )
+            assert b.service.journal.leading and not c.service.journal.leading
+            await fleet.wait_counted(b, TERM_EVENTS)
+        await settle(fleet, workload)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import random
 import selectors
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -197,6 +198,7 @@ class Candidate:
         latency: float = 0.01,
         annotations: Callable[[], dict[str, str]] | None = None,
         lease: float = LEASE,
+        takeover_delay: float = 0.0,
     ) -> None:
         self.identity = identity
         self.timeline = timeline
@@ -210,6 +212,7 @@ class Candidate:
             annotations=annotations,
             clock=lambda: asyncio.get_running_loop().time(),
             on_transition=self.transition_hook.append,
+            takeover_delay=(lambda record: takeover_delay) if takeover_delay else None,
         )
         self.task: asyncio.Task[None] | None = None
 
@@ -492,6 +495,70 @@ def test_killed_leader_is_replaced_only_after_the_lease_duration() -> None:
         assert previous.holder_identity == "a"
         assert spec_of(store)["leaseTransitions"] == 1 and b.new_leaders[-1] == "b"
         await b.stop()
+
+    run_virtual(main)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_deferring_candidate_lets_the_others_take_a_dead_leaders_lease_first(seed: int) -> None:
+    """A candidate with a takeover delay (its journal cannot replay what the dead leader left: app/handover/
+    coverage.py) loses the race to one without, whatever the jitter; without the delay either may win."""
+
+    async def main() -> None:
+        random.seed(seed)
+        store, tl = LeaseStore(), Timeline()
+        a = Candidate("a", store, tl, release_on_cancel=False).start()
+        await wait_until(lambda: tl.leaders() == ["a"])
+        cold = Candidate("cold", store, tl, takeover_delay=3 * RETRY).start()
+        warm = Candidate("warm", store, tl).start()
+        await asyncio.sleep(LEASE)
+        await a.stop()
+        await wait_until(lambda: len(tl.intervals) == 2)
+        assert [i[0] for i in tl.intervals] == ["a", "warm"]
+        await wait_until(lambda: cold.new_leaders[-1] == "warm")  # and it follows, not competes
+        await warm.stop()
+        await cold.stop()
+
+    run_virtual(main)
+
+
+def test_a_deferring_candidate_alone_takes_over_once_its_delay_has_passed() -> None:
+    """The delay postpones a takeover, never prevents one: with nobody else, the deferring candidate
+    leads its delay after the Lease expired by its clock."""
+
+    async def main() -> None:
+        store, tl = LeaseStore(), Timeline()
+        a = Candidate("a", store, tl, release_on_cancel=False).start()
+        await wait_until(lambda: tl.leaders() == ["a"])
+        delay = 3 * RETRY
+        cold = Candidate("cold", store, tl, takeover_delay=delay).start()
+        await asyncio.sleep(LEASE)
+        await a.stop()
+        last_renew_written = max(t for t, holder, _ in store.writes if holder == "a")
+        await wait_until(lambda: tl.leaders() == ["cold"])
+        taken = tl.intervals[1][1]
+        assert taken >= last_renew_written + LEASE + delay
+        assert taken <= last_renew_written + LEASE + delay + 2 * (2.2 * RETRY + 0.02)
+        await cold.stop()
+
+    run_virtual(main)
+
+
+def test_a_deferring_candidate_takes_a_released_lease_its_delay_after_the_release() -> None:
+    async def main() -> None:
+        store, tl = LeaseStore(), Timeline()
+        a = Candidate("a", store, tl).start()
+        await wait_until(lambda: tl.leaders() == ["a"])
+        delay = 3 * RETRY
+        cold = Candidate("cold", store, tl, takeover_delay=delay).start()
+        await asyncio.sleep(LEASE)
+        await a.stop()  # releases: holder "", and the others may take it at once
+        released = store.writes[-1][0]
+        assert store.writes[-1][1] == ""
+        await wait_until(lambda: tl.leaders() == ["cold"])
+        taken = tl.intervals[1][1]
+        assert released + delay <= taken <= released + delay + 2 * (2.2 * RETRY + 0.02)
+        await cold.stop()
 
     run_virtual(main)
 

@@ -1,0 +1,36 @@
+"""Whether this replica's journal covers the hand-over watermark, i.e. whether it could replay what a dead
+leader counted and no scrape showed (docs/leadership.md, "Warm followers").
+
+A new leader replays the remembered events above the watermark it takes over from. It remembers only
+what its watches delivered: nothing before its first list (those jobs arrive as objects, not edges), and
+nothing the journal has dropped since (it keeps the last ``HANDOVER_JOURNAL_SIZE`` events). A replica
+whose remembered history starts above the watermark cannot replay the events in between; one that
+started earlier can. Such a replica still takes the Lease, only later than the others (the elector's
+``takeover_delay``), so that a replica that saw those events wins the race when there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["uncovered_streams"]
+
+
+def uncovered_streams(
+    remembered_from: Mapping[str, int], floor: Mapping[str, int] | int | None
+) -> dict[str, tuple[int, int]]:
+    """The streams whose remembered events start above the takeover floor: {stream: (from, floor)}.
+
+    ``remembered_from``: per watch stream, the rv after which the journal holds every countable event
+    (``CountJournal.remembered_from``). ``floor``: what ``LeaseWatermarks.takeover_floor`` gives, per stream
+    (a stream it does not name falls back to "") or one int for all; None (unknown: nothing is replayed)
+    and 0 (nobody counted anything) leave nothing uncovered. Empty: this replica covers the floor.
+    """
+    if floor is None or isinstance(floor, int):
+        return {}
+    gaps: dict[str, tuple[int, int]] = {}
+    for stream, start in remembered_from.items():
+        limit = floor.get(stream, floor.get(""))
+        if limit is not None and start > limit:
+            gaps[stream] = (start, limit)
+    return gaps

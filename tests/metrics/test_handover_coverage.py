@@ -1,0 +1,67 @@
+"""Journal coverage: whether a replica could replay what a dead leader counted above its published watermark.
+
+A new leader replays the journal above the floor it takes over from (docs/leadership.md). Edges before a
+replica's first list were never edges to it, and a full journal drops its oldest: a replica whose
+remembered history starts above the floor cannot replay what lies between (the hour soak's "suspects":
+docs/reliability.md), so it lets a replica that can take over first (app/handover/coverage.py).
+"""
+
+from __future__ import annotations
+
+from app.handover.coverage import uncovered_streams
+from app.handover.journal import CountJournal
+from app.trainer.events import CountableEvent
+from tests.support.sinks import RecordingSink
+
+from .helpers import created
+
+
+def _by_namespace(event: CountableEvent) -> str:
+    return event.namespace
+
+
+def test_a_journal_remembering_from_below_the_floor_covers_it() -> None:
+    assert uncovered_streams({"": 100}, {"": 100}) == {}
+    assert uncovered_streams({"": 90}, {"": 100}) == {}
+
+
+def test_a_journal_starting_above_the_floor_leaves_the_gap_uncovered() -> None:
+    assert uncovered_streams({"": 120}, {"": 100}) == {"": (120, 100)}
+
+
+def test_each_stream_is_judged_against_its_own_floor_or_the_all_namespaces_one() -> None:
+    remembered = {"team-a": 50, "team-b": 80, "team-c": 70}
+    floor = {"team-a": 60, "team-b": 70, "": 75}
+    assert uncovered_streams(remembered, floor) == {"team-b": (80, 70)}
+
+
+def test_no_known_floor_or_a_zero_floor_leaves_nothing_to_cover() -> None:
+    # None: the floor is unknown and nothing is replayed; 0 (an int): nobody counted anything before.
+    assert uncovered_streams({"": 500}, None) == {}
+    assert uncovered_streams({"": 500}, 0) == {}
+    # A stream the floor does not name (and no "" entry): nothing was counted there to replay.
+    assert uncovered_streams({"team-a": 500}, {"team-b": 10}) == {}
+
+
+def test_journal_remembers_from_its_first_list_only() -> None:
+    journal = CountJournal(RecordingSink(), journal_size=10, stream_of=_by_namespace)
+    assert journal.remembered_from == {}
+    journal.remember_from("team-a", 40)
+    journal.remember_from("team-a", 90)  # a relist later: its gap is the uncertain events' business
+    journal.remember_from("team-b", 70)
+    assert journal.remembered_from == {"team-a": 40, "team-b": 70}
+
+
+def test_a_full_journal_raises_the_stream_of_what_it_drops() -> None:
+    journal = CountJournal(RecordingSink(), journal_size=3, stream_of=_by_namespace)
+    journal.remember_from("team-a", 10)
+    journal.remember_from("team-b", 10)
+    for rv, ns in ((11, "team-a"), (12, "team-b"), (13, "team-a")):
+        journal.on_countable(created(rv, ns=ns))
+    assert journal.remembered_from == {"team-a": 10, "team-b": 10}
+    journal.on_countable(created(14, ns="team-b"))  # drops rv 11 (team-a)
+    journal.on_countable(created(15, ns="team-b"))  # drops rv 12 (team-b)
+    assert journal.remembered_from == {"team-a": 11, "team-b": 12}
+    assert journal.overflowed == 2
+    # Replaying above a floor of 11 needs rv 12 of team-b, which is gone: that stream is not covered.
+    assert uncovered_streams(journal.remembered_from, {"team-a": 11, "team-b": 11}) == {"team-b": (12, 11)}
