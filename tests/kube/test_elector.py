@@ -522,42 +522,28 @@ def test_a_deferring_candidate_lets_the_others_take_a_dead_leaders_lease_first(s
     run_virtual(main)
 
 
-def test_a_deferring_candidate_alone_takes_over_once_its_delay_has_passed() -> None:
-    """The delay postpones a takeover, never prevents one: with nobody else, the deferring candidate
-    leads its delay after the Lease expired by its clock."""
+@pytest.mark.parametrize("released", [False, True], ids=["killed", "released"])
+def test_a_deferring_candidate_alone_takes_over_its_delay_after_the_lease_became_free(released: bool) -> None:
+    """The delay postpones a takeover, never prevents one: with nobody else, the deferring candidate leads
+    its delay after the Lease became free: released, or expired by its clock a lease duration after the
+    dead holder's last renew."""
 
     async def main() -> None:
         store, tl = LeaseStore(), Timeline()
-        a = Candidate("a", store, tl, release_on_cancel=False).start()
+        a = Candidate("a", store, tl, release_on_cancel=released).start()
         await wait_until(lambda: tl.leaders() == ["a"])
         delay = 3 * RETRY
         cold = Candidate("cold", store, tl, takeover_delay=delay).start()
         await asyncio.sleep(LEASE)
         await a.stop()
-        last_renew_written = max(t for t, holder, _ in store.writes if holder == "a")
+        if released:
+            assert store.writes[-1][1] == ""
+            free = store.writes[-1][0]
+        else:
+            free = max(t for t, holder, _ in store.writes if holder == "a") + LEASE
         await wait_until(lambda: tl.leaders() == ["cold"])
         taken = tl.intervals[1][1]
-        assert taken >= last_renew_written + LEASE + delay
-        assert taken <= last_renew_written + LEASE + delay + 2 * (2.2 * RETRY + 0.02)
-        await cold.stop()
-
-    run_virtual(main)
-
-
-def test_a_deferring_candidate_takes_a_released_lease_its_delay_after_the_release() -> None:
-    async def main() -> None:
-        store, tl = LeaseStore(), Timeline()
-        a = Candidate("a", store, tl).start()
-        await wait_until(lambda: tl.leaders() == ["a"])
-        delay = 3 * RETRY
-        cold = Candidate("cold", store, tl, takeover_delay=delay).start()
-        await asyncio.sleep(LEASE)
-        await a.stop()  # releases: holder "", and the others may take it at once
-        released = store.writes[-1][0]
-        assert store.writes[-1][1] == ""
-        await wait_until(lambda: tl.leaders() == ["cold"])
-        taken = tl.intervals[1][1]
-        assert released + delay <= taken <= released + delay + 2 * (2.2 * RETRY + 0.02)
+        assert free + delay <= taken <= free + delay + 2 * (2.2 * RETRY + 0.02)
         await cold.stop()
 
     run_virtual(main)
