@@ -1,5 +1,5 @@
 """Whether this replica's journal covers the hand-over watermark, i.e. whether it could replay what a dead
-leader counted and no scrape showed (docs/leadership.md, "Warm followers").
+leader counted and no scrape showed (docs/leadership.md, "A replica that started after the events").
 
 A new leader replays the remembered events above the watermark it takes over from. It remembers only
 what its watches delivered: nothing before its first list (those jobs arrive as objects, not edges), and
