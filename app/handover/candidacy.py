@@ -1,4 +1,5 @@
-"""When a replica that has just started may run for leadership (docs/leadership.md, "Warm followers").
+"""When a replica that has just started may run for leadership (docs/leadership.md,
+"A replica that started after the events").
 
 A replica that has just started saw nothing before its first list: its journal does not cover what
 happened before. If the holder died, a warm follower (whose journal covers the gap) must take over
