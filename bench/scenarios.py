@@ -243,10 +243,12 @@ async def _socket_orjson_rate(kubeconfig: str, events: int) -> float:
     LineSplitter) with nothing after it but ``orjson.loads`` of each line. P1 ÷ this is what the rest of
     the pipeline costs over a bare parse of what arrives; this ÷ bare orjson is what reading costs."""
     from app.kube.client import KubeClient
+    from app.kube.informer import InformerOptions
     from app.kube.lines import LineSplitter
+    from app.kube.reflector import READ_BYTES
 
     client = await KubeClient.connect(kubeconfig)
-    split = LineSplitter(4 * 1024 * 1024).feed
+    split = LineSplitter(InformerOptions().max_object_bytes).feed
     loads = orjson.loads
     count, first = 0, 0.0
     timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=60)
@@ -254,7 +256,7 @@ async def _socket_orjson_rate(kubeconfig: str, events: int) -> float:
         async with client.stream(TRAINJOBS_PATH, query={"watch": "true"}, timeout=timeout) as resp:
             read = resp.content.read
             while count < events:
-                chunk = await read(256 * 1024)
+                chunk = await read(READ_BYTES)
                 if not chunk:
                     break
                 for line in split(chunk)[0]:
@@ -283,8 +285,7 @@ async def _fetch_lists(url: str) -> list[bytes]:
 def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
     """P1 without the socket: the same lists and the same pipeline (Decoder, Cache, Ingest, TrainerState,
     journal, ledger, metric state), the TrainJobs' ``lines`` fed from memory."""
-    from app.kube.cache import Cache
-    from app.kube.decode import Decoder
+    from app.kube.informer import cache_and_ingest
     from app.kube.informer_telemetry import InformerCounters
     from app.kube.ingest import Ingest
     from app.trainer.projectors import (
@@ -301,10 +302,8 @@ def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
     )
     ingests: list[Ingest[Any]] = []
     for (projector, handler), body in zip(wiring, list_bodies, strict=True):
-        decoder: Decoder[Any] = Decoder(projector)
         counters = InformerCounters()
-        cache = Cache(handler, counters, name="bench", same_uid=decoder.same_uid, unchanged=decoder.unchanged)
-        ingest = Ingest(decoder, cache, counters, name="bench", clock=time.monotonic)
+        _, ingest = cache_and_ingest(projector, handler, counters, name="bench", clock=time.monotonic)
         items: dict[str, Any] = {}
         unusable: set[str] = set()
         list_rv, _ = ingest.list_page(body, items, unusable)

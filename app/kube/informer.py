@@ -52,6 +52,21 @@ class InformerOptions:
     initial_events_timeout: float = 300.0
 
 
+def cache_and_ingest(
+    projector: Projector[T],
+    handler: InformerHandler[T],
+    counters: InformerCounters,
+    *,
+    name: str,
+    clock: Callable[[], float],
+) -> tuple[Cache[T], Ingest[T]]:
+    """An informer's I/O-free half: the cache ``handler`` hears from, and the ingest that applies lists
+    and watch lines to it (bench P1 drives it without a socket)."""
+    decoder = Decoder(projector)
+    cache = Cache(handler, counters, name=name, same_uid=decoder.same_uid, unchanged=decoder.unchanged)
+    return cache, Ingest(decoder, cache, counters, name=name, clock=clock)
+
+
 class Informer(Generic[T]):
     def __init__(
         self,
@@ -76,15 +91,9 @@ class Informer(Generic[T]):
         self.counters: InformerCounters = (
             telemetry.register(self) if telemetry is not None else InformerCounters()
         )
-        decoder = Decoder(projector)
-        self._cache = Cache(
-            handler,
-            self.counters,
-            name=self.name,
-            same_uid=decoder.same_uid,
-            unchanged=decoder.unchanged,
+        self._cache, self._ingest = cache_and_ingest(
+            projector, handler, self.counters, name=self.name, clock=clock
         )
-        self._ingest = Ingest(decoder, self._cache, self.counters, name=self.name, clock=clock)
         self._reflector = Reflector(
             client,
             resource.collection_path(self.namespace),

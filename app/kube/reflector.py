@@ -75,7 +75,7 @@ _YIELD_LINES = 64
 _YIELD_SECONDS = 0.001
 
 
-_READ_BYTES = 256 * 1024  # at most this much of a watch body per read (see _consume)
+READ_BYTES = 256 * 1024  # at most this much of a watch body per read (see _consume)
 
 
 # A streaming list the server does not support: it rejects the parameters (older servers, the WatchList
@@ -420,7 +420,7 @@ class Reflector(Generic[T]):
         # ~200 B per cached object larger for good (measured at 50k-100k).
         bounded = getattr(content, "read", None)
         while True:
-            chunk = await (bounded(_READ_BYTES) if bounded is not None else content.readany())
+            chunk = await (bounded(READ_BYTES) if bounded is not None else content.readany())
             if not chunk:
                 return  # clean end of stream
             ingest.last_activity = clock()
