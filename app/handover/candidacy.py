@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from app.kube.lease import KubeLeaseClient, LeaseRecord, parse_lease
 
-__all__ = ["defer_to_warm_followers", "read_record"]
+__all__ = ["defer_to_warm_followers", "read_record", "warm_head_start"]
 
 log = logging.getLogger("app.replica.service")
 
@@ -30,6 +30,12 @@ async def read_record(leases: KubeLeaseClient, namespace: str, name: str) -> Lea
         return None
 
 
+def warm_head_start(retry_period: float) -> float:
+    """How long after a Lease became free a replica holds back so that a warm one takes it first: warm
+    candidates retry every 1 to 2.2 retry periods (jittered), so three of those give them an attempt."""
+    return 3 * retry_period
+
+
 async def defer_to_warm_followers(
     leases: KubeLeaseClient,
     on_record: Callable[[LeaseRecord], None],
@@ -39,17 +45,18 @@ async def defer_to_warm_followers(
     identity: str,
     lease_duration: float,
     retry_period: float,
-) -> None:
+) -> LeaseRecord | None:
     """Wait before the first candidacy while another replica holds the Lease (one lease duration) or
-    right after a graceful release (three retry periods). ``on_record`` sees the record read."""
+    right after a graceful release (three retry periods). ``on_record`` sees the record read. Returns the
+    record waited on (None when there was no wait)."""
     record = await read_record(leases, namespace, name)
     if record is None:
-        return
+        return None
     on_record(record)
     if record.holder_identity and record.holder_identity != identity:
-        # The Lease can only expire a lease duration after its last renew; warm candidates retry every
-        # 1 to 2.2 retry periods (jittered), so three of those on top let them win a dead holder's Lease.
-        wait = max(record.lease_duration_seconds, lease_duration) + 3 * retry_period
+        # The Lease can only expire a lease duration after its last renew; the head start on top lets the
+        # warm candidates win a dead holder's Lease.
+        wait = max(record.lease_duration_seconds, lease_duration) + warm_head_start(retry_period)
         log.info(
             "%s holds the Lease: waiting %.1f s before running for leadership, so that a warm "
             "replica takes over first if it has gone",
@@ -57,15 +64,18 @@ async def defer_to_warm_followers(
             wait,
         )
         await asyncio.sleep(wait)
-    elif not record.holder_identity and record.renew_time is not None:
+        return record
+    if not record.holder_identity and record.renew_time is not None:
         # Released by a leader that stopped gracefully. It stopped counting when its hand-over began
         # and handed over only what was scraped: what came after is in the warm followers' journals,
         # not in this replica's (it came before our first list). They take a free Lease on their next
-        # retry (1 to 2.2 retry periods); let them.
-        wait = 3 * retry_period
+        # retry; let them.
+        wait = warm_head_start(retry_period)
         log.info(
             "the Lease was released: waiting %.1f s before running for leadership, so that a warm "
             "replica takes over first",
             wait,
         )
         await asyncio.sleep(wait)
+        return record
+    return None

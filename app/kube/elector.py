@@ -406,7 +406,7 @@ class LeaseElector:
             self._deferral_logged_for = seen
             log.info(
                 "lease %s: free, but taking it over only %.1f s after it became free, so that a replica "
-                "better placed to take over (app/handover/coverage.py) wins first",
+                "better placed to take over wins first",
                 self._config.lease_name,
                 delay,
             )

@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from app.config import Settings, unknown_env_vars
-from app.handover.candidacy import defer_to_warm_followers
+from app.handover.candidacy import defer_to_warm_followers, warm_head_start
 from app.handover.coverage import uncovered_streams
 from app.handover.journal import CountJournal
 from app.handover.lease_payload import LeasePayload
@@ -139,7 +139,7 @@ class Service:
         self.informers: list[Informer[Any]] = []
         self._trainjob_informers: list[Informer[Any]] = []
         self.elector: LeaseElector | None = None
-        self._record_deferred_to: LeaseRecord | None = None  # the Lease as read before the first candidacy
+        self._record_deferred_to: LeaseRecord | None = None  # the Lease start-up waited on, if it did
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: list[str] = []
         self._handed_over: bool | None = None  # outcome of this term's hand_over(), once it ran
@@ -293,9 +293,9 @@ class Service:
         )
         assert self.client is not None
         leases = KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds)
-        await defer_to_warm_followers(
+        self._record_deferred_to = await defer_to_warm_followers(
             leases,
-            self._observe_before_candidacy,
+            self.lease_payload.observe,
             namespace=s.lease_namespace,
             name=s.lease_name,
             identity=s.identity,
@@ -315,13 +315,9 @@ class Service:
 
     # --- hand-over -------------------------------------------------------------------------------
 
-    def _observe_before_candidacy(self, record: LeaseRecord) -> None:
-        self._record_deferred_to = record
-        self.lease_payload.observe(record)
-
     def takeover_delay(self, record: LeaseRecord) -> float:
-        """How long after ``record`` became free to wait before taking it: three retry periods (the
-        warm candidates' next attempt, as ``defer_to_warm_followers``) when this replica's journal starts
+        """How long after ``record`` became free to wait before taking it: the warm candidates' head
+        start (``warm_head_start``, as at start-up) when this replica's journal starts
         above the floor it would take over from, so that it could not replay what the holder counted
         and no scrape showed, and a replica that remembers those events should win; else 0."""
         if not self.journal.journal_size:
@@ -336,7 +332,7 @@ class Service:
         floor = self.lease_watermarks.takeover_floor(record)
         if not uncovered_streams(self.journal.remembered_from, floor):
             return 0.0
-        return 3 * self.settings.retry_period_seconds
+        return warm_head_start(self.settings.retry_period_seconds)
 
     def served_watermarks(self) -> dict[str, int]:
         """The watermarks to publish: what this replica counted and every scraper has seen
