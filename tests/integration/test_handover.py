@@ -569,6 +569,13 @@ async def test_fresh_replica_started_at_a_kill_defers_to_the_warm_follower(
                 assert counted.get(kind, {}).get(labels, 0) >= value, (kind, labels, value)
 
 
+# The coverage test's timings: the crash test's Lease (a FAST_TIMINGS leader lagged past its 1 s renew
+# deadline on a CI machine and stepped down before the scenario began), and a retry period that gives the
+# replica that defers a head start (3 retry periods, 1.2 s) well above a loaded loop's lag.
+COVERAGE_LEASE = {**CRASH_LEASE, "retry_period_seconds": 0.4}
+COVERAGE_RETRY = COVERAGE_LEASE["retry_period_seconds"]
+
+
 async def test_replica_whose_journal_starts_above_the_watermark_defers_to_one_that_covers_it(
     sim: SimulatedCluster, workload: WorkloadGenerator, kubeconfig: Path, tmp_path: Path
 ) -> None:
@@ -577,7 +584,7 @@ async def test_replica_whose_journal_starts_above_the_watermark_defers_to_one_th
     dies, the one that can takes over (app/handover/coverage.py; the hour soak's "suspects",
     docs/reliability.md). The other only waits longer: it is not excluded."""
     async with Fleet(tmp_path) as fleet:
-        a, b = await leader_then_follower(fleet, kubeconfig)
+        a, b = await leader_then_follower(fleet, kubeconfig, **COVERAGE_LEASE)
         async with generating(workload):
             await fleet.wait_counted(a, TERM_EVENTS)
             b_from = b.service.journal.remembered_from[""]
@@ -589,18 +596,18 @@ async def test_replica_whose_journal_starts_above_the_watermark_defers_to_one_th
             await eventually(shown_past_b, what="a's served watermark past b's first list")
             # From here nobody scrapes a: its published watermark stays while the workload goes on.
             await fleet.wait_counted(a, TERM_EVENTS)
-            c = await fleet.add(kubeconfig, "c")
+            c = await fleet.add(kubeconfig, "c", **COVERAGE_LEASE)
             await eventually(lambda: c.service.elector is not None, timeout=30, what="c runs for leadership")
             await a.service.kill()
             record = parse_lease(sim.store.get(LEASES, LEASE_NS, LEASE_NAME))
             floor = b.service.lease_watermarks.takeover_floor(record)
             assert isinstance(floor, dict) and b_from <= floor[""] < c.service.journal.remembered_from[""]
             # c holds back three retry periods after the Lease expires by its clock; b does not.
-            assert c.service.takeover_delay(record) == pytest.approx(3 * RETRY)
+            assert c.service.takeover_delay(record) == pytest.approx(3 * COVERAGE_RETRY)
             assert b.service.takeover_delay(record) == 0.0
             await eventually(
                 lambda: b.service.journal.leading or c.service.journal.leading,
-                timeout=TAKEOVER_TIMEOUT,
+                timeout=5 * CRASH_LEASE_WRITTEN,
                 what="a new leader",
             )
             assert b.service.journal.leading and not c.service.journal.leading
