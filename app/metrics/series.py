@@ -73,6 +73,7 @@ class SeriesCache:
     """
 
     __slots__ = (
+        "_before_publish",
         "_bodies",
         "_changes",
         "_clock",
@@ -89,6 +90,7 @@ class SeriesCache:
         flush_every: int,
         publish_interval: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        before_publish: Callable[[], None] | None = None,
     ) -> None:
         """``flush_every``: look at the clock after this many changes (0: render only at scrape), and
         re-render the touched series if ``publish_interval`` has passed since the last time.
@@ -96,7 +98,8 @@ class SeriesCache:
         Rendering only at scrape would batch all the work of a scrape interval (at 1k events/s over
         15 s, every series) into the scrape; publishing every few tens of milliseconds keeps each flush
         well under a millisecond on the event loop and leaves a scrape only the final join.
-        A series touched again before its flush is still rendered once."""
+        A series touched again before its flush is still rendered once. ``before_publish``: called before
+        each publish, for an owner that keeps changes of its own to apply to the families first."""
         if flush_every < 0:
             raise ValueError("flush_every must be >= 0")
         if publish_interval < 0:
@@ -108,6 +111,7 @@ class SeriesCache:
         self._clock = clock
         self._next_publish = 0.0
         self._changes = 0
+        self._before_publish = before_publish
         self._bodies: list[bytes | None] = [None] * len(Format)
 
     @property
@@ -116,14 +120,21 @@ class SeriesCache:
 
     def changed(self) -> None:
         self.invalidate()
+        self.tick()
+
+    def tick(self, count: int = 1) -> None:
+        """``count`` changes the owner keeps to apply at the next publish (``before_publish``): counted
+        towards it like ``changed()``, without invalidating the bodies (a publish or a render will)."""
         if not self._flush_every:
             return
-        self._changes += 1
+        self._changes += count
         if self._changes >= self._flush_every:
             self._changes = 0
             now = self._clock()
             if now >= self._next_publish:
                 self._next_publish = now + self._publish_interval
+                if self._before_publish is not None:
+                    self._before_publish()
                 for family in self.families:
                     family.flush()
 

@@ -162,6 +162,8 @@ async def test_two_replicas_one_exporter_and_debug_leadership(
         assert follow_samples[("trainer_metrics_leader", ())] == 0
         assert lead_samples[("trainer_metrics_leader_transitions_total", ())] == 1
         assert follow_samples[("trainer_metrics_leader_transitions_total", ())] == 0
+        follower.service.metric_state.apply_pending_gauges()
+        leader.service.metric_state.apply_pending_gauges()
         assert dict(follower.service.metric_state.trainjobs.values) == dict(
             leader.service.metric_state.trainjobs.values
         )

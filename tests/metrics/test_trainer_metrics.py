@@ -12,6 +12,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from app.metrics.series import escape_label_value
 from app.metrics.trainer_metrics import (
+    _GAUGE_TICK,
     ACCELERATOR_BUCKETS,
     LIFETIME_BUCKETS,
     NODES_BUCKETS,
@@ -369,23 +370,65 @@ def test_many_series_across_blocks_with_removals_keep_prometheus_client_order() 
 
 
 def test_changed_series_are_rendered_at_most_once_per_publish_interval() -> None:
-    """Under a firehose every gauge series moves on nearly every event: they are re-rendered once per
+    """Under a firehose the counters move on many events: their series are re-rendered once per
     ``publish_interval`` (checked every ``flush_every`` changes), never per change; a scrape renders the
     rest."""
     now = [0.0]
     state = TrainerMetricState(flush_every=1, publish_interval=0.05, clock=lambda: now[0])
     state.render_text()  # a scrape asked for the text format: its chunks are kept rendered from now on
-    pending = state.trainjobs._dirty  # the series waiting for their next render
-    state.on_jobs_gauge(("ns", REF, "running"), 1)
+    pending = state.created._dirty  # the series waiting for their next render
+    state.on_countable(created(1, ns="ns"))
     assert not pending  # the first change after the interval: published at once
-    for count in range(2, 40):
+    for rv in range(2, 40):
         now[0] += 0.001
-        state.on_jobs_gauge(("ns", REF, "running"), count)
-    assert pending == {("ns", REF, "running")}  # 38 changes within the interval: not rendered yet
-    assert b'{namespace="ns",runtime_ref="%s",state="running"} 39' % REF.encode() in state.render_text()
+        state.on_countable(created(rv, ns="ns"))
+    assert pending == {("ns", REF)}  # 38 changes within the interval: not rendered yet
+    assert b'{namespace="ns",runtime_ref="%s"} 39' % REF.encode() in state.render_text()
     assert not pending
-    state.on_jobs_gauge(("ns", REF, "running"), 40)
+    state.on_countable(created(40, ns="ns"))
     assert pending  # a scrape does not start a new interval: still within the one published at 0
     now[0] = 0.06
-    state.on_jobs_gauge(("ns", REF, "running"), 41)
+    state.on_countable(created(41, ns="ns"))
     assert not pending
+
+
+def test_gauge_moves_wait_for_the_next_publish_or_render_as_one_value_per_series() -> None:
+    """A TrainJob's state change moves two gauge series: the moves are kept as each series' latest value
+    and applied when a body is built or at the next publish (they count towards it, checked every
+    _GAUGE_TICK moves, at most once per ``publish_interval``), never per move."""
+    now = [0.0]
+    state = TrainerMetricState(flush_every=1, publish_interval=0.05, clock=lambda: now[0])
+    first = state.render_text()
+    key = ("ns", REF, "running")
+    for count in range(1, 11):
+        state.on_jobs_gauge(key, count)
+    assert key not in state.trainjobs.values  # 10 moves, one waiting value, nothing rendered
+    body = state.render_text()
+    assert body is not first
+    assert b'{namespace="ns",runtime_ref="%s",state="running"} 10' % REF.encode() in body
+    assert not state.trainjobs._dirty
+    state.on_jobs_gauge(key, 9)
+    state.on_jobs_gauge(key, 10)  # moved back: the cached body still holds
+    assert state.render_text() is body
+
+    # The moves reach the publish count: published (applied and rendered) without a scrape.
+    for count in range(11, 11 + _GAUGE_TICK - 13):
+        state.on_jobs_gauge(key, count)
+    assert state.trainjobs.values[key] == 10  # applied at the render above, 31 moves since the start
+    state.on_jobs_gauge(key, 31)
+    assert state.trainjobs.values[key] == 31
+    assert not state.trainjobs._dirty
+    # Within the publish interval they wait again, however many they are.
+    for count in range(100, 100 + 3 * _GAUGE_TICK):
+        now[0] += 0.0001
+        state.on_jobs_gauge(key, count)
+    assert state.trainjobs.values[key] == 31
+    now[0] = 0.06
+    for _ in range(_GAUGE_TICK):
+        state.on_jobs_gauge(("other", REF, "running"), 1)
+    assert state.trainjobs.values == {key: 99 + 3 * _GAUGE_TICK, ("other", REF, "running"): 1}
+    # A counter's publish applies them too.
+    state.on_jobs_gauge(key, 7)
+    now[0] = 0.12
+    state.on_countable(created(1, ns="ns"))
+    assert state.trainjobs.values[key] == 7
