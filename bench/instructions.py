@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench import scenarios
-from bench.common import PYTHON, ROOT, Child
+from bench.common import PYTHON, ROOT
 
 _COLLECTED = re.compile(rb"Collected : (\d+)")
 
@@ -82,10 +82,11 @@ def _count(tree: Path, data: Path, kind: str, lines: int) -> int:
 
 
 def _save_lines(work: Path, lines: int) -> Path:
-    kubeconfig = str(work / "replay.kubeconfig")
-    args = [PYTHON, "-m", "bench.replay", "--kubeconfig", kubeconfig, "--jobs", "2000"]
-    replay = Child([*args, "--events", str(lines + 10)], name="instructions-replay", log_dir=work)
-    info = replay.wait_ready(120)
+    """``lines`` watch lines and the three LISTs of P1's replay (full mode's job count), pickled."""
+    jobs = scenarios.Sizes.make(quick=False).p1_jobs
+    replay, info = scenarios.start_replay(
+        work, str(work / "replay.kubeconfig"), "instructions-replay", jobs, "--events", str(lines + 10)
+    )
     try:
         saved = asyncio.run(scenarios._fetch_lines(info["url"], lines))
         lists = asyncio.run(scenarios._fetch_lists(info["url"]))
@@ -98,7 +99,13 @@ def _save_lines(work: Path, lines: int) -> Path:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lines", type=int, default=10_000, help="watch lines per count (default 10000)")
+    p.add_argument(
+        "--lines",
+        type=int,
+        default=10_000,
+        help="watch lines per count (default 10000; several times the replay's 2000 jobs: the first pass "
+        "over them is not typical, 2000 lines count ~60k instructions a line for the pipeline against ~100k)",
+    )
     p.add_argument("--tree", type=Path, default=ROOT, help="checkout whose app/ is counted (default: this)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args()

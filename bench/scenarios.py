@@ -350,24 +350,22 @@ def _decode_rates(lines: list[bytes]) -> tuple[float, float]:
     return orjson_rate, msgspec_rate
 
 
+def start_replay(
+    work: Path, kubeconfig: str, name: str, jobs: int, *stream: str
+) -> tuple[Child, dict[str, Any]]:
+    """A bench.replay process with ``jobs`` TrainJobs (``stream``: ``--events N`` or ``--forever``), ready."""
+    args = [PYTHON, "-m", "bench.replay", "--kubeconfig", kubeconfig, "--jobs", str(jobs), *stream]
+    replay = Child(args, name=name, log_dir=work)
+    return replay, replay.wait_ready(120)
+
+
 def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
     # The replay's jobs include a few with unusable fields, which every in-process pipeline (about 30 a run)
     # logs once each: the progress lines would drown. The service processes of the other steps still log.
     logging.getLogger("app.trainer.state").setLevel(logging.ERROR)
     kubeconfig = str(work / "replay.kubeconfig")
-    args = [
-        PYTHON,
-        "-m",
-        "bench.replay",
-        "--kubeconfig",
-        kubeconfig,
-        "--jobs",
-        str(sizes.p1_jobs),
-        "--events",
-        str(max(sizes.p1_events, sizes.p1_baseline_events) + 10),
-    ]
-    replay = Child(args, name="p1-replay", log_dir=work)
-    info = replay.wait_ready(120)
+    events = max(sizes.p1_events, sizes.p1_baseline_events) + 10
+    replay, info = start_replay(work, kubeconfig, "p1-replay", sizes.p1_jobs, "--events", str(events))
     res.notes["p1_lines"] = {k: v for k, v in info.items() if k.startswith("line_bytes")}
     try:
         for _ in range(sizes.reps):
@@ -805,18 +803,7 @@ def p5_stall(sizes: Sizes, work: Path, res: Results) -> None:
     """P5: per repetition one service process, first idle (the replay paused: synced, watch open, no event),
     then under the firehose (resumed) with the control beside it; both windows scraped 10/s."""
     kubeconfig = str(work / "replay5.kubeconfig")
-    args = [
-        PYTHON,
-        "-m",
-        "bench.replay",
-        "--kubeconfig",
-        kubeconfig,
-        "--jobs",
-        str(sizes.p1_jobs),
-        "--forever",
-    ]
-    replay = Child(args, name="p5-replay", log_dir=work)
-    info = replay.wait_ready(120)
+    replay, info = start_replay(work, kubeconfig, "p5-replay", sizes.p1_jobs, "--forever")
     stalls: list[dict[str, Any]] = []
     res.notes["p5_stalls"] = {"edges_ms": list(STALL_EDGES_MS), "reps": stalls}
     try:

@@ -87,8 +87,6 @@ SeriesRef = tuple[str, LabelValues]
 ServedListener = Callable[[float, list[SeriesRef]], None]
 
 _PREFIX = "kubeflow_trainer_"
-# TrainJob gauge moves between two looks at the publish clock (see on_jobs_gauge).
-_GAUGE_TICK = 32
 
 
 class TrainerMetricState:
@@ -194,6 +192,7 @@ class TrainerMetricState:
         )
         self._pending_gauges: dict[GaugeKey, int] = {}
         self._gauge_moves = 0
+        self._flush_every = flush_every
         self._zero_hold = zero_hold
         self._clock = clock
         # The families whose series are born at zero: every counter and histogram (a new one must be
@@ -232,11 +231,12 @@ class TrainerMetricState:
     def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
         # Kept as the series' latest value until the next publish or render: a TrainJob's state change
         # moves two series, and applying each move to the family at once (its dirty set, the cached bodies)
-        # cost about 10 % of ingestion (docs/benchmarks.md, P1). The moves still count towards the publish,
-        # every _GAUGE_TICK of them, so a scrape finds at most a publish interval's worth to apply.
+        # was about 3 % of the per-event work after the decode (docs/benchmarks.md, bench.instructions).
+        # The moves count towards the publish like any change, handed over ``flush_every`` at a time (one
+        # call instead of one per move), so a scrape finds at most a publish interval's worth to apply.
         self._pending_gauges[key] = value
         moves = self._gauge_moves + 1
-        if moves < _GAUGE_TICK:
+        if moves < self._flush_every:
             self._gauge_moves = moves
         else:
             self._gauge_moves = 0

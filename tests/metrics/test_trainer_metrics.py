@@ -12,7 +12,6 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from app.metrics.series import escape_label_value
 from app.metrics.trainer_metrics import (
-    _GAUGE_TICK,
     ACCELERATOR_BUCKETS,
     LIFETIME_BUCKETS,
     NODES_BUCKETS,
@@ -394,41 +393,41 @@ def test_changed_series_are_rendered_at_most_once_per_publish_interval() -> None
 
 def test_gauge_moves_wait_for_the_next_publish_or_render_as_one_value_per_series() -> None:
     """A TrainJob's state change moves two gauge series: the moves are kept as each series' latest value
-    and applied when a body is built or at the next publish (they count towards it, checked every
-    _GAUGE_TICK moves, at most once per ``publish_interval``), never per move."""
+    and applied when a body is built or at the next publish (they count towards it like any change, the
+    clock looked at every ``flush_every`` of them, at most once per ``publish_interval``), never per move."""
     now = [0.0]
-    state = TrainerMetricState(flush_every=1, publish_interval=0.05, clock=lambda: now[0])
+    flush_every = 8
+    state = TrainerMetricState(flush_every=flush_every, publish_interval=0.05, clock=lambda: now[0])
     first = state.render_text()
     key = ("ns", REF, "running")
-    for count in range(1, 11):
+    for count in range(1, 6):
         state.on_jobs_gauge(key, count)
-    assert key not in state.trainjobs.values  # 10 moves, one waiting value, nothing rendered
+    assert key not in state.trainjobs.values  # 5 moves, one waiting value, nothing rendered
     body = state.render_text()
     assert body is not first
-    assert b'{namespace="ns",runtime_ref="%s",state="running"} 10' % REF.encode() in body
+    assert b'{namespace="ns",runtime_ref="%s",state="running"} 5' % REF.encode() in body
     assert not state.trainjobs._dirty
-    state.on_jobs_gauge(key, 9)
-    state.on_jobs_gauge(key, 10)  # moved back: the cached body still holds
+    state.on_jobs_gauge(key, 4)
+    state.on_jobs_gauge(key, 5)  # moved back: the cached body still holds
     assert state.render_text() is body
+    assert state.trainjobs.values[key] == 5  # 7 moves since the start
 
-    # The moves reach the publish count: published (applied and rendered) without a scrape.
-    for count in range(11, 11 + _GAUGE_TICK - 13):
-        state.on_jobs_gauge(key, count)
-    assert state.trainjobs.values[key] == 10  # applied at the render above, 31 moves since the start
-    state.on_jobs_gauge(key, 31)
-    assert state.trainjobs.values[key] == 31
+    # The moves reach flush_every: published (applied and rendered) without a scrape.
+    state.on_jobs_gauge(key, 8)
+    assert state.trainjobs.values[key] == 8
     assert not state.trainjobs._dirty
     # Within the publish interval they wait again, however many they are.
-    for count in range(100, 100 + 3 * _GAUGE_TICK):
+    for count in range(100, 100 + 3 * flush_every):
         now[0] += 0.0001
         state.on_jobs_gauge(key, count)
-    assert state.trainjobs.values[key] == 31
+    assert state.trainjobs.values[key] == 8
     now[0] = 0.06
-    for _ in range(_GAUGE_TICK):
+    for _ in range(flush_every):
         state.on_jobs_gauge(("other", REF, "running"), 1)
-    assert state.trainjobs.values == {key: 99 + 3 * _GAUGE_TICK, ("other", REF, "running"): 1}
+    assert state.trainjobs.values == {key: 99 + 3 * flush_every, ("other", REF, "running"): 1}
     # A counter's publish applies them too.
     state.on_jobs_gauge(key, 7)
     now[0] = 0.12
-    state.on_countable(created(1, ns="ns"))
+    for rv in range(flush_every):
+        state.on_countable(created(rv, ns="ns"))
     assert state.trainjobs.values[key] == 7
