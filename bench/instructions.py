@@ -1,4 +1,5 @@
-"""``python -m bench.instructions [--lines N] [--tree DIR]``: P1's per-event work counted in instructions.
+"""``python -m bench.instructions [--lines N] [--tree DIR] [--kinds K,...]``: P1's per-event work counted in
+instructions, layer by layer.
 
 Why: on this shared host a time ratio between two versions of the pipeline swings by ±15 % from one
 minute to the next (docs/benchmarks.md), so a change worth 3-5 % cannot be told from noise in time.
@@ -10,12 +11,20 @@ What is counted, per watch line, each as (a run over ``N`` lines) - (the same ru
 start-up, imports and the LISTs cancel out:
 - ``orjson``: bare ``orjson.loads`` of each line (P1's reference);
 - ``msgspec``: the typed decode (``WatchEvent[TrainJobWire]``);
+- ``project``: the decode and the projection (``bench.scenarios._offline_layers``);
+- ``ingest``: the whole Ingest and Cache with a handler that does nothing (the same);
 - ``pipeline``: P1's pipeline from memory (``bench.scenarios._offline_rate``: Decoder, Cache, Ingest,
   TrainerState, journal, served ledger, metric state, then one render).
+Each kind includes the one before it, so the differences are the layers: projection, ingest and cache, rules
+and counting.
 
-The lines and LISTs come from ``bench.replay`` (the stream P1 reads), saved once per run. ``--tree`` counts
-another checkout's ``app`` (e.g. a ``git worktree`` of the previous commit) over the same lines.
-Needs ``valgrind`` (Debian: ``apt-get install valgrind``); about a minute per count, two at a time.
+The lines and LISTs come from ``bench.replay`` (the stream P1 reads), saved once per run; by default as many
+lines as P1 reads, so each job gets P1's mix of events (about 30 over its four status variants, one of them
+its first terminal edge; fewer lines weigh that edge more). ``--tree`` counts another checkout's ``app``
+(e.g. a ``git worktree`` of the previous commit) over the same lines, with that checkout's ``bench``: one
+from before ``project`` and ``ingest`` existed takes ``--kinds orjson,msgspec,pipeline``.
+Needs ``valgrind`` (Debian: ``apt-get install valgrind``); about 12 minutes at the default, two counts at a
+time.
 """
 
 from __future__ import annotations
@@ -50,6 +59,10 @@ lists, lines = pickle.load(open(sys.argv[2], "rb"))
 kind, lines = sys.argv[3], lines[: int(sys.argv[4])]
 if kind == "pipeline":
     scenarios._offline_rate(lists, lines)
+elif kind in ("project", "ingest"):
+    process = scenarios._offline_layers(lists)[kind == "ingest"]
+    for line in lines:
+        process(line)
 elif kind == "msgspec":
     decode = msgspec.json.Decoder(WatchEvent[TrainJobWire]).decode
     for line in lines:
@@ -97,16 +110,54 @@ def _save_lines(work: Path, lines: int) -> Path:
     return data
 
 
+KINDS = ("orjson", "msgspec", "project", "ingest", "pipeline")
+# The layer each kind adds to the one before it (orjson is the reference, not a layer).
+_LAYERS = {"project": "projection", "ingest": "ingest and cache", "pipeline": "rules and counting"}
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"unknown kinds {unknown or text!r}; choose from {','.join(KINDS)}")
+    return tuple(k for k in KINDS if k in kinds)
+
+
+def _figures(tree: Path, lines: int, counts: dict[tuple[str, int], int]) -> dict[str, object]:
+    kinds = [k for k in KINDS if (k, lines) in counts]
+    per_line = {kind: (counts[(kind, lines)] - counts[(kind, 0)]) / lines for kind in kinds}
+    figures: dict[str, object] = {
+        "tree": str(tree),
+        "lines": lines,
+        "instructions_per_line": {k: round(v) for k, v in per_line.items()},
+    }
+    figures["layers_per_line"] = {
+        layer: round(per_line[k] - per_line[before])
+        for k, layer in _LAYERS.items()
+        if k in per_line and (before := KINDS[KINDS.index(k) - 1]) in per_line
+    }
+    if "pipeline" in per_line:
+        if "orjson" in per_line:
+            figures["orjson_over_pipeline"] = round(per_line["orjson"] / per_line["pipeline"], 4)
+        if "msgspec" in per_line:
+            figures["pipeline_after_decode_per_line"] = round(per_line["pipeline"] - per_line["msgspec"])
+    return figures
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p1_events = scenarios.Sizes.make(quick=False).p1_events
     p.add_argument(
         "--lines",
         type=int,
-        default=10_000,
-        help="watch lines per count (default 10000; several times the replay's 2000 jobs: the first pass "
-        "over them is not typical, 2000 lines count ~60k instructions a line for the pipeline against ~100k)",
+        default=p1_events,
+        help=f"watch lines per count (default {p1_events}, as many as P1 reads; fewer weigh each job's "
+        "first terminal edge more: 10000 lines count ~101k instructions a line for the pipeline, 60000 ~86k)",
     )
     p.add_argument("--tree", type=Path, default=ROOT, help="checkout whose app/ is counted (default: this)")
+    p.add_argument(
+        "--kinds", type=_kinds, default=KINDS, help=f"what to count (default: all of {','.join(KINDS)})"
+    )
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args()
     if shutil.which("valgrind") is None:
@@ -115,25 +166,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-instr-") as tmp:
         print(f"saving {args.lines} lines from bench.replay ...", file=sys.stderr, flush=True)
         data = _save_lines(Path(tmp), args.lines)
-        jobs = [(kind, n) for kind in ("orjson", "msgspec", "pipeline") for n in (0, args.lines)]
-        print(
-            f"{len(jobs)} callgrind runs, two at a time (about a minute each) ...",
-            file=sys.stderr,
-            flush=True,
-        )
+        # The longest first, so that the two at a time finish together.
+        jobs = [(kind, n) for n in (args.lines, 0) for kind in reversed(args.kinds)]
+        print(f"{len(jobs)} callgrind runs, two at a time ...", file=sys.stderr, flush=True)
+        counts: dict[tuple[str, int], int] = {}
+
+        def count(job: tuple[str, int]) -> None:
+            counts[job] = _count(tree, data, *job)
+            print(f"  {len(counts)}/{len(jobs)}: {job[0]} over {job[1]} lines", file=sys.stderr, flush=True)
+
         with ThreadPoolExecutor(2) as pool:
-            counts = dict(zip(jobs, pool.map(lambda job: _count(tree, data, *job), jobs), strict=True))
-    per_line = {
-        kind: (counts[(kind, args.lines)] - counts[(kind, 0)]) / args.lines
-        for kind in ("orjson", "msgspec", "pipeline")
-    }
-    figures = {
-        "tree": str(tree),
-        "lines": args.lines,
-        "instructions_per_line": {k: round(v) for k, v in per_line.items()},
-        "orjson_over_pipeline": round(per_line["orjson"] / per_line["pipeline"], 4),
-        "pipeline_after_decode_per_line": round(per_line["pipeline"] - per_line["msgspec"]),
-    }
+            list(pool.map(count, jobs))
+    figures = _figures(tree, args.lines, counts)
     print(json.dumps(figures, indent=2))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")

@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -282,9 +283,24 @@ async def _fetch_lists(url: str) -> list[bytes]:
     return bodies
 
 
-def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
-    """P1 without the socket: the same lists and the same pipeline (Decoder, Cache, Ingest, TrainerState,
-    journal, ledger, metric state), the TrainJobs' ``lines`` fed from memory."""
+class _NoHandler:
+    """An informer handler that does nothing: what the Ingest and the Cache cost without the rules."""
+
+    def on_added(self, obj: Any, initial: bool) -> None:
+        pass
+
+    def on_updated(self, old: Any, new: Any) -> None:
+        pass
+
+    def on_deleted(self, last: Any) -> None:
+        pass
+
+
+def _offline_ingest(list_bodies: list[bytes], *, rules: bool = True) -> tuple[Any, Any, Any]:
+    """The TrainJobs' Cache and Ingest after the three LISTs, wired as P1 is (Decoder, Cache, Ingest,
+    TrainerState, journal, served ledger, metric state), and the metric state. ``rules=False``: the
+    TrainJobs' informer feeds ``_NoHandler`` instead of the TrainerState (the runtimes still feed it)."""
+    from app.kube.cache import Cache
     from app.kube.informer import cache_and_ingest
     from app.kube.informer_telemetry import InformerCounters
     from app.kube.ingest import Ingest
@@ -298,25 +314,63 @@ def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
     wiring: tuple[tuple[Any, Any], ...] = (
         (CLUSTER_TRAINING_RUNTIME_PROJECTOR, state.runtime_handler),
         (TRAINING_RUNTIME_PROJECTOR, state.runtime_handler),
-        (TRAINJOB_PROJECTOR, state.job_handler),
+        (TRAINJOB_PROJECTOR, state.job_handler if rules else _NoHandler()),
     )
-    ingests: list[Ingest[Any]] = []
+    built: list[tuple[Cache[Any], Ingest[Any]]] = []
     for (projector, handler), body in zip(wiring, list_bodies, strict=True):
         counters = InformerCounters()
-        _, ingest = cache_and_ingest(projector, handler, counters, name="bench", clock=time.monotonic)
+        cache, ingest = cache_and_ingest(projector, handler, counters, name="bench", clock=time.monotonic)
         items: dict[str, Any] = {}
         unusable: set[str] = set()
         list_rv, _ = ingest.list_page(body, items, unusable)
         ingest.replace(items, list_rv, unusable)
-        ingests.append(ingest)
-    process = ingests[-1].process_line
+        built.append((cache, ingest))
+    return *built[-1], metric_state
+
+
+def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
+    """P1 without the socket: the same lists and the same pipeline (``_offline_ingest``), the TrainJobs'
+    ``lines`` fed from memory."""
+    _, ingest, metric_state = _offline_ingest(list_bodies)
+    rate = _lines_rate(ingest.process_line, lines)
+    metric_state.render_text()
+    return rate
+
+
+def _offline_layers(list_bodies: list[bytes]) -> tuple[Callable[[bytes], None], Callable[[bytes], None]]:
+    """P1's pipeline from memory cut after two of its layers, to show where its time goes, each a function of
+    one line: decode and projection (each projection kept in a dict under its key, as the cache keeps it);
+    and the whole ingest and cache with a handler that does nothing. The rest of the full pipeline
+    (``_offline_rate``) is the rules and the counting."""
+    from app.kube.decode import WatchEvent
+    from app.trainer.projectors import TRAINJOB_PROJECTOR
+    from app.trainer.wire import TrainJobWire
+
+    decode = msgspec.json.Decoder(WatchEvent[TrainJobWire]).decode
+    from_wire, wire_key = TRAINJOB_PROJECTOR.from_wire, TRAINJOB_PROJECTOR.wire_key
+    cache, ingest, _ = _offline_ingest(list_bodies, rules=False)
+    projections: dict[str, Any] = dict(cache.store)  # what the LISTs put in the cache
+
+    def project(line: bytes) -> None:
+        wire = decode(line).object
+        obj = from_wire(wire, projections.get(wire_key(wire)))
+        projections[obj.key] = obj
+
+    return project, ingest.process_line
+
+
+def _offline_layer_rates(list_bodies: list[bytes], lines: list[bytes]) -> tuple[float, float]:
+    """The rates of ``_offline_layers``' two cuts over ``lines``."""
+    project, no_rules = _offline_layers(list_bodies)
+    return _lines_rate(project, lines), _lines_rate(no_rules, lines)
+
+
+def _lines_rate(process: Callable[[bytes], None], lines: list[bytes]) -> float:
     gc.collect()
     t = time.perf_counter()
     for line in lines:
         process(line)
-    rate = len(lines) / (time.perf_counter() - t)
-    metric_state.render_text()
-    return rate
+    return len(lines) / (time.perf_counter() - t)
 
 
 async def _fetch_lines(url: str, events: int) -> list[bytes]:
@@ -371,7 +425,9 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
         for _ in range(sizes.reps):
             lines = asyncio.run(_fetch_lines(info["url"], sizes.p1_events))
             orjson_rate, msgspec_rate = _decode_rates(lines)
-            offline = _offline_rate(asyncio.run(_fetch_lists(info["url"])), lines)
+            lists = asyncio.run(_fetch_lists(info["url"]))
+            offline = _offline_rate(lists, lines)
+            projected, no_rules = _offline_layer_rates(lists, lines)
             del lines
             socket_orjson = asyncio.run(_socket_orjson_rate(kubeconfig, sizes.p1_events))
             informer = asyncio.run(_informer_rate(kubeconfig, sizes.p1_events))
@@ -393,6 +449,8 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
             res.fig("p1_offline_rate").add(offline)
             res.fig("p1_socket_orjson_rate").add(socket_orjson)
             res.fig("p1_offline_vs_orjson").add(offline / orjson_rate)
+            res.fig("p1_projected_vs_orjson").add(projected / orjson_rate)
+            res.fig("p1_no_rules_vs_orjson").add(no_rules / orjson_rate)
             res.fig("p1_socket_vs_orjson").add(socket_orjson / orjson_rate)
             res.fig("p1_vs_orjson").add(informer / orjson_rate)
             res.fig("p1_vs_baseline").add(informer / baseline)
