@@ -14,16 +14,18 @@ start-up, imports and the LISTs cancel out:
 - ``project``: the decode and the projection (``bench.scenarios._offline_layers``);
 - ``ingest``: the whole Ingest and Cache with a handler that does nothing (the same);
 - ``pipeline``: P1's pipeline from memory (``bench.scenarios._offline_rate``: Decoder, Cache, Ingest,
-  TrainerState, journal, served ledger, metric state, then one render).
-Each kind includes the one before it, so the differences are the layers: projection, ingest and cache, rules
-and counting.
+  TrainerState, journal, served ledger, metric state, then one render);
+- ``plain``: the same pipeline without PromQL-exact counting (P9's baseline: no journal, no served ledger,
+  no zero hold). Its count ÷ ``pipeline``'s is P9's ratio (ingest with ÷ without) in instructions.
+Each of ``msgspec`` to ``pipeline`` includes the one before it, so the differences are the layers: projection,
+ingest and cache, rules and counting.
 
 The lines and LISTs come from ``bench.replay`` (the stream P1 reads), saved once per run; by default as many
 lines as P1 reads, so each job gets P1's mix of events (about 30 over its four status variants, one of them
 its first terminal edge; fewer lines weigh that edge more). ``--tree`` counts another checkout's ``app``
 (e.g. a ``git worktree`` of the previous commit) over the same lines, with that checkout's ``bench``: one
 from before ``project`` and ``ingest`` existed takes ``--kinds orjson,msgspec,pipeline``.
-Needs ``valgrind`` (Debian: ``apt-get install valgrind``); about 12 minutes at the default, two counts at a
+Needs ``valgrind`` (Debian: ``apt-get install valgrind``); about 7 minutes at the default, two counts at a
 time.
 """
 
@@ -57,8 +59,8 @@ from app.kube.decode import WatchEvent
 from app.trainer.wire import TrainJobWire
 lists, lines = pickle.load(open(sys.argv[2], "rb"))
 kind, lines = sys.argv[3], lines[: int(sys.argv[4])]
-if kind == "pipeline":
-    scenarios._offline_rate(lists, lines)
+if kind in ("pipeline", "plain"):
+    scenarios._offline_rate(lists, lines, exact=kind == "pipeline")
 elif kind in ("project", "ingest"):
     process = scenarios._offline_layers(lists)[kind == "ingest"]
     for line in lines:
@@ -110,7 +112,7 @@ def _save_lines(work: Path, lines: int) -> Path:
     return data
 
 
-KINDS = ("orjson", "msgspec", "project", "ingest", "pipeline")
+KINDS = ("orjson", "msgspec", "project", "ingest", "pipeline", "plain")
 # The layer each kind adds to the one before it (orjson is the reference, not a layer).
 _LAYERS = {"project": "projection", "ingest": "ingest and cache", "pipeline": "rules and counting"}
 
@@ -141,6 +143,8 @@ def _figures(tree: Path, lines: int, counts: dict[tuple[str, int], int]) -> dict
             figures["orjson_over_pipeline"] = round(per_line["orjson"] / per_line["pipeline"], 4)
         if "msgspec" in per_line:
             figures["pipeline_after_decode_per_line"] = round(per_line["pipeline"] - per_line["msgspec"])
+        if "plain" in per_line:
+            figures["plain_over_pipeline"] = round(per_line["plain"] / per_line["pipeline"], 4)
     return figures
 
 

@@ -296,10 +296,13 @@ class _NoHandler:
         pass
 
 
-def _offline_ingest(list_bodies: list[bytes], *, rules: bool = True) -> tuple[Any, Any, Any]:
+def _offline_ingest(
+    list_bodies: list[bytes], *, rules: bool = True, exact: bool = True
+) -> tuple[Any, Any, Any]:
     """The TrainJobs' Cache and Ingest after the three LISTs, wired as P1 is (Decoder, Cache, Ingest,
     TrainerState, journal, served ledger, metric state), and the metric state. ``rules=False``: the
-    TrainJobs' informer feeds ``_NoHandler`` instead of the TrainerState (the runtimes still feed it)."""
+    TrainJobs' informer feeds ``_NoHandler`` instead of the TrainerState (the runtimes still feed it).
+    ``exact=False``: without PromQL-exact counting (P9's baseline, ``_pipeline``)."""
     from app.kube.cache import Cache
     from app.kube.informer import cache_and_ingest
     from app.kube.informer_telemetry import InformerCounters
@@ -310,7 +313,7 @@ def _offline_ingest(list_bodies: list[bytes], *, rules: bool = True) -> tuple[An
         TRAINJOB_PROJECTOR,
     )
 
-    state, metric_state = _pipeline()
+    state, metric_state = _pipeline(exact=exact)
     wiring: tuple[tuple[Any, Any], ...] = (
         (CLUSTER_TRAINING_RUNTIME_PROJECTOR, state.runtime_handler),
         (TRAINING_RUNTIME_PROJECTOR, state.runtime_handler),
@@ -328,10 +331,10 @@ def _offline_ingest(list_bodies: list[bytes], *, rules: bool = True) -> tuple[An
     return *built[-1], metric_state
 
 
-def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
+def _offline_rate(list_bodies: list[bytes], lines: list[bytes], *, exact: bool = True) -> float:
     """P1 without the socket: the same lists and the same pipeline (``_offline_ingest``), the TrainJobs'
     ``lines`` fed from memory."""
-    _, ingest, metric_state = _offline_ingest(list_bodies)
+    _, ingest, metric_state = _offline_ingest(list_bodies, exact=exact)
     rate = _lines_rate(ingest.process_line, lines)
     metric_state.render_text()
     return rate
