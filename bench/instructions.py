@@ -23,8 +23,8 @@ ingest and cache, rules and counting.
 The lines and LISTs come from ``bench.replay`` (the stream P1 reads), saved once per run; by default as many
 lines as P1 reads, so each job gets P1's mix of events (about 30 over its four status variants, one of them
 its first terminal edge; fewer lines weigh that edge more). ``--tree`` counts another checkout's ``app``
-(e.g. a ``git worktree`` of the previous commit) over the same lines, with that checkout's ``bench``: one
-from before ``project`` and ``ingest`` existed takes ``--kinds orjson,msgspec,pipeline``.
+(e.g. a ``git worktree`` of the previous commit) over the same lines, with this checkout's ``bench`` (the
+same harness for both).
 Needs ``valgrind`` (Debian: ``apt-get install valgrind``); about 7 minutes at the default, two counts at a
 time.
 """
@@ -48,30 +48,33 @@ from bench.common import PYTHON, ROOT
 
 _COLLECTED = re.compile(rb"Collected : (\d+)")
 
-# Run under callgrind: load the saved lines, then do one kind of work over the first N of them.
+# Run under callgrind: load the saved lines, then do one kind of work over the first N of them. ``app`` comes
+# from the tree counted, ``bench`` always from this checkout (argv[5]), so any two trees are counted by the
+# same harness.
 _WORKER = """
-import logging, pickle, sys
+import importlib.util, logging, pickle, sys
 sys.path.insert(0, sys.argv[1])
+spec = importlib.util.spec_from_file_location(
+    "bench", sys.argv[5] + "/bench/__init__.py", submodule_search_locations=[sys.argv[5] + "/bench"]
+)
+sys.modules["bench"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sys.modules["bench"])
 logging.getLogger("app.trainer.state").setLevel(logging.ERROR)
-import msgspec, orjson
+import orjson
 from bench import scenarios
-from app.kube.decode import WatchEvent
-from app.trainer.wire import TrainJobWire
 lists, lines = pickle.load(open(sys.argv[2], "rb"))
 kind, lines = sys.argv[3], lines[: int(sys.argv[4])]
 if kind in ("pipeline", "plain"):
     scenarios._offline_rate(lists, lines, exact=kind == "pipeline")
-elif kind in ("project", "ingest"):
-    process = scenarios._offline_layers(lists)[kind == "ingest"]
+else:
+    if kind == "orjson":
+        process = orjson.loads
+    elif kind == "msgspec":
+        process = scenarios._typed_decode()
+    else:
+        process = scenarios._offline_layers(lists)[kind == "ingest"]
     for line in lines:
         process(line)
-elif kind == "msgspec":
-    decode = msgspec.json.Decoder(WatchEvent[TrainJobWire]).decode
-    for line in lines:
-        decode(line)
-else:
-    for line in lines:
-        orjson.loads(line)
 """
 
 
@@ -88,6 +91,7 @@ def _count(tree: Path, data: Path, kind: str, lines: int) -> int:
         str(data),
         kind,
         str(lines),
+        str(ROOT),
     ]
     done = subprocess.run(cmd, cwd=tree, capture_output=True, check=False)
     match = _COLLECTED.search(done.stderr)
