@@ -10,7 +10,7 @@ ratio is not P1's ratio; it says how much work a change removed, not how fast th
 What is counted, per watch line, each as (a run over ``N`` lines) - (the same run over none), so that
 start-up, imports and the LISTs cancel out:
 - ``orjson``: bare ``orjson.loads`` of each line (P1's reference);
-- ``msgspec``: the typed decode (``WatchEvent[TrainJobWire]``);
+- ``msgspec``: the typed decode of an update (``WatchEvent[TrainJobStatusWire]``, ``_typed_decode``);
 - ``project``: the decode and the projection (``bench.scenarios._offline_layers``);
 - ``ingest``: the whole Ingest and Cache with a handler that does nothing (the same);
 - ``pipeline``: P1's pipeline from memory (``bench.scenarios._offline_rate``: Decoder, Cache, Ingest,

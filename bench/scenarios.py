@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import msgspec
 import orjson
 
 from bench.common import (
@@ -345,16 +344,28 @@ def _offline_layers(list_bodies: list[bytes]) -> tuple[Callable[[bytes], None], 
     one line: decode and projection (each projection kept in a dict under its key, as the cache keeps it);
     and the whole ingest and cache with a handler that does nothing. The rest of the full pipeline
     (``_offline_rate``) is the rules and the counting."""
+    from app.kube.decode import Decoder
     from app.trainer.projectors import TRAINJOB_PROJECTOR
 
     decode = _typed_decode()
+    full = Decoder(TRAINJOB_PROJECTOR).event_decoder.decode
     from_wire, wire_key = TRAINJOB_PROJECTOR.from_wire, TRAINJOB_PROJECTOR.wire_key
+    # As the Ingest does: the update of a cached job from its status alone, the whole object when that cannot
+    # be (a tree without the status wire: always from_wire, with the cached projection).
+    from_status = getattr(TRAINJOB_PROJECTOR, "from_status_wire", None)
     cache, ingest, _ = _offline_ingest(list_bodies, rules=False)
     projections: dict[str, Any] = dict(cache.store)  # what the LISTs put in the cache
 
     def project(line: bytes) -> None:
         wire = decode(line).object
-        obj = from_wire(wire, projections.get(wire_key(wire)))
+        previous = projections.get(wire_key(wire))
+        obj: Any = None
+        if from_status is None:
+            obj = from_wire(wire, previous)
+        elif previous is not None:
+            obj = from_status(wire, previous)
+        if obj is None:
+            obj = from_wire(full(line).object)
         projections[obj.key] = obj
 
     return project, ingest.process_line
@@ -387,11 +398,14 @@ async def _fetch_lines(url: str, events: int) -> list[bytes]:
 
 
 def _typed_decode() -> Callable[[bytes], Any]:
-    """msgspec's typed decode of a TrainJob watch line, as the informer's Decoder does it."""
-    from app.kube.decode import WatchEvent
-    from app.trainer.wire import TrainJobWire
+    """msgspec's typed decode of a TrainJob watch line, as the informer's Decoder makes it of an update of a
+    cached job: into the status wire type (no spec), or the whole wire type in a tree without one."""
+    from app.kube.decode import Decoder
+    from app.trainer.projectors import TRAINJOB_PROJECTOR
 
-    decode: Callable[[bytes], Any] = msgspec.json.Decoder(WatchEvent[TrainJobWire]).decode
+    decoder = Decoder(TRAINJOB_PROJECTOR)
+    typed = getattr(decoder, "status_event_decoder", None) or decoder.event_decoder
+    decode: Callable[[bytes], Any] = typed.decode
     return decode
 
 

@@ -38,7 +38,10 @@ class Projector(Protocol[T_co]):
     - ``unchanged(a, b) -> bool``: the handler need not hear of ``b`` after ``a`` (checked on every update;
       by default ``a.resource_version == b.resource_version``). A projector may compare the stored
       versions (no strings built) and also say so of a new version that projects to the same state;
-    - ``wire_rv(wire) -> str``: the resourceVersion of ``wire`` as sent (for the same reason).
+    - ``wire_rv(wire) -> str``: the resourceVersion of ``wire`` as sent (for the same reason);
+    - ``status_wire_type`` and ``from_status_wire(wire, previous) -> T | None`` (with ``wire_key``): a
+      lighter msgspec Struct for a watch update of a cached object, and its projection from that alone, or
+      None when the whole object is needed (the informer then decodes the line into ``wire_type`` too).
     """
 
     # msgspec Struct for one object (typed fast path), with only the fields the caller needs.
@@ -151,6 +154,13 @@ class Decoder(Generic[T]):
         self._raw_page_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(ListPage[msgspec.Raw])
         self._item_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(projector.wire_type)
         self.from_wire: Callable[..., T] = projector.from_wire
+        # A watch update of a cached object is decoded into the lighter type first (see Projector).
+        status_type = getattr(projector, "status_wire_type", None)
+        self.from_status_wire: Callable[[Any, T], T | None] | None = None
+        self.status_event_decoder: msgspec.json.Decoder[Any] | None = None
+        if status_type is not None and getattr(projector, "wire_key", None) is not None:
+            self.from_status_wire = projector.from_status_wire  # type: ignore[attr-defined]
+            self.status_event_decoder = msgspec.json.Decoder(cast(Any, WatchEvent)[status_type])
         # Incremental projection (see Projector): from_wire(wire, cached projection under its key).
         self.wire_key: Callable[[Any], str] | None = getattr(projector, "wire_key", None)
         self.wire_rv: Callable[[Any], str] | None = getattr(projector, "wire_rv", None)

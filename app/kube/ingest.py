@@ -104,8 +104,16 @@ class Ingest(Generic[T]):
         self.name = name
         self._clock = clock
         # Hot-path aliases. ``_store`` is the cache's dict, re-read after every ``cache.replace``.
-        self._event_decoder = decoder.event_decoder
-        self._decode = decoder.event_decoder.decode
+        # With a status wire type (Projector), lines are decoded into it, and into the whole wire type only
+        # when ``from_status_wire`` needs the spec (``_full``).
+        self._from_status = decoder.from_status_wire
+        if decoder.status_event_decoder is None:
+            self._event_decoder = decoder.event_decoder
+            self._full = None
+        else:
+            self._event_decoder = decoder.status_event_decoder
+            self._full = decoder.event_decoder
+        self._decode = self._event_decoder.decode
         self._from_wire = decoder.from_wire
         self._wire_key = decoder.wire_key
         self._wire_rv = decoder.wire_rv
@@ -221,8 +229,15 @@ class Ingest(Generic[T]):
                 wire_rv = self._wire_rv
                 if wire_key is None:
                     obj = self._from_wire(wire)
-                else:
+                elif self._full is None:
                     obj = self._from_wire(wire, self._store.get(wire_key(wire)))
+                else:
+                    previous = self._store.get(wire_key(wire))
+                    updated = None if previous is None else self._from_status(wire, previous)  # type: ignore[misc]
+                    if updated is None:  # new, or its spec may have changed: the whole object
+                        wire = decode_deep(self._full, line).object
+                        updated = self._from_wire(wire)
+                    obj = updated
             except Exception:
                 self._process_line_tolerant(line)
                 return

@@ -40,6 +40,8 @@ from app.trainer.wire import (
     ReplicatedJob,
     RuntimeWire,
     TrainerStatusWire,
+    TrainJobStatusWire,
+    TrainJobStatusWithTrainerWire,
     TrainJobWire,
     TrainJobWithTrainerWire,
 )
@@ -135,7 +137,9 @@ class TrainJobProjector:
     same object (``previous``, found by ``wire_key``) when its uid and ``metadata.generation`` are
     unchanged (the API server bumps generation on every spec change; a status write, i.e. nearly
     every watch event, leaves it alone), so an update re-derives only the status part. The result
-    equals a full projection whenever the spec is unchanged.
+    equals a full projection whenever the spec is unchanged. The informer decodes a watch line of a cached
+    object into ``status_wire_type`` first (no spec at all) and calls ``from_status_wire``; only when that
+    says the spec may have changed does it decode the whole object for ``from_wire``.
 
     ``trainer_status``: also project ``status.trainerStatus`` (for the per-TrainJob series, keeping at most
     ``max_trainer_metrics`` metrics per job). Off, the wire type does not even declare it, so msgspec skips
@@ -148,6 +152,7 @@ class TrainJobProjector:
     """
 
     wire_type: type = TrainJobWire
+    status_wire_type: type = TrainJobStatusWire
 
     def __init__(
         self,
@@ -161,6 +166,7 @@ class TrainJobProjector:
         self.max_trainer_metrics = max(0, max_trainer_metrics)
         if trainer_status:
             self.wire_type = TrainJobWithTrainerWire
+            self.status_wire_type = TrainJobStatusWithTrainerWire
 
     def _wire_progress(self, status: object) -> TrainerProgress | None:
         """The trainerStatus of a typed status (only called with ``trainer_status`` on)."""
@@ -200,7 +206,69 @@ class TrainJobProjector:
         off, a heartbeat, a label). Nothing the rules read can differ then, so they are skipped."""
         return bool(a.rv == b.rv or same_but_version(a, b))
 
+    def from_status_wire(self, wire: Any, previous: TrainJobProjection) -> TrainJobProjection | None:
+        """The projection of an update of ``previous`` from its metadata and status alone (``wire``: a
+        ``status_wire_type`` or a ``wire_type``), when the spec is the cached one: the same key, uid and
+        generation (the API server bumps ``metadata.generation`` on every spec write). None when it may
+        not be (the caller projects the whole object, ``from_wire``)."""
+        if previous.flags & MALFORMED:
+            return None
+        meta = wire.metadata
+        generation = meta.generation
+        if generation is None or generation != previous.generation:
+            return None
+        ns = meta.namespace
+        # _key inlined: this runs on nearly every watch event
+        if (f"{ns}/{meta.name}" if ns else meta.name) != previous.key:
+            return None
+        uid = previous.uid_key
+        if not same_uid_text(uid, meta.uid):
+            return None
+        status = wire.status
+        conditions = None
+        jobs = None
+        progress = None
+        if status is not None:
+            conditions = status.conditions
+            jobs = status.jobsStatus
+            if self.trainer_status:
+                progress = self._wire_progress(status)
+        # rules.training_ready over the typed entries, inlined for the same reason (with
+        # projection_build.training_jobs_of): no pairs built, and the runtime looked up only once an entry is
+        # ready (never for a job whose pods all wait).
+        ready = False
+        if jobs:
+            training: frozenset[str] | None = None
+            for j in jobs:
+                count = j.ready
+                if count is not None and count > 0:
+                    if training is None:
+                        runtime = self.runtimes.get(previous.runtime_ref)
+                        training = _FALLBACK if runtime is None else runtime.training_jobs
+                    if j.name in training:
+                        ready = True
+                        break
+        return job_with_status(
+            previous.key,
+            uid,
+            previous.namespace,
+            compact_rv(meta.resourceVersion),
+            previous.created,
+            previous.runtime_ref,
+            previous.num_nodes,
+            previous.resources,
+            generation,
+            previous.flags & SUSPEND,  # spec.suspend, part of the unchanged spec
+            conditions,
+            ready,
+            progress,
+        )
+
     def from_wire(self, wire: Any, previous: TrainJobProjection | None = None) -> TrainJobProjection:
+        if previous is not None:
+            updated = self.from_status_wire(wire, previous)
+            if updated is not None:
+                return updated
         w: TrainJobWire = wire
         meta = w.metadata
         spec = w.spec
@@ -213,44 +281,6 @@ class TrainJobProjector:
             jobs = status.jobsStatus
             if self.trainer_status:
                 progress = self._wire_progress(status)
-        if previous is not None and not previous.flags & MALFORMED:
-            generation = meta.generation
-            if generation is not None and generation == previous.generation:
-                ns = meta.namespace
-                # _key inlined: this branch runs on nearly every watch event
-                if (f"{ns}/{meta.name}" if ns else meta.name) == previous.key:
-                    uid = previous.uid_key
-                    if same_uid_text(uid, meta.uid):
-                        # rules.training_ready over the typed entries, inlined for the same reason (with
-                        # projection_build.training_jobs_of): no pairs built, and the runtime looked up only
-                        # once an entry is ready (never for a job whose pods all wait).
-                        ready = False
-                        if jobs:
-                            training: frozenset[str] | None = None
-                            for j in jobs:
-                                count = j.ready
-                                if count is not None and count > 0:
-                                    if training is None:
-                                        runtime = self.runtimes.get(previous.runtime_ref)
-                                        training = _FALLBACK if runtime is None else runtime.training_jobs
-                                    if j.name in training:
-                                        ready = True
-                                        break
-                        return job_with_status(
-                            previous.key,
-                            uid,
-                            previous.namespace,
-                            compact_rv(meta.resourceVersion),
-                            previous.created,
-                            previous.runtime_ref,
-                            previous.num_nodes,
-                            previous.resources,
-                            generation,
-                            SUSPEND if spec is not None and spec.suspend is True else 0,
-                            conditions,
-                            ready,
-                            progress,
-                        )
         ref = spec.runtimeRef if spec is not None else None
         trainer = spec.trainer if spec is not None else None
         rpn = trainer.resourcesPerNode if trainer is not None else None

@@ -21,6 +21,7 @@ from app.trainer.projectors import (
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
     RuntimeProjector,
+    TrainJobProjector,
 )
 from app.trainer.quantity import NOT_A_COUNT
 from tests.trainer.manifests import by_kind, stored, typed
@@ -564,6 +565,57 @@ def test_incremental_projection_recomputes_the_spec_when_it_may_have_changed(doc
     new = TRAINJOB_PROJECTOR.from_wire(_wire(doc), previous)
     assert new == TRAINJOB_PROJECTOR.from_wire(_wire(doc))
     assert new.resources == ((("nvidia.com/gpu", 4),), ())
+
+
+@pytest.mark.parametrize("trainer_status", [False, True])
+@pytest.mark.parametrize("status", STATUSES)
+def test_status_wire_projection_equals_a_full_one(status: Any, trainer_status: bool) -> None:
+    """A watch update of a cached job is decoded without its spec (TrainJobStatusWire) and projected from its
+    status alone: the same projection as the whole object's, trainer progress included when it is read."""
+    projector = TrainJobProjector(trainer_status=trainer_status)
+    previous = projector.from_wire(typed(_job_doc(), projector.wire_type))
+    progress = {"progressPercentage": 40, "lastUpdatedTime": "2025-06-01T11:00:00Z"}
+    doc = _job_doc(rv="101", status={**status, "trainerStatus": progress})
+    updated = projector.from_status_wire(typed(doc, projector.status_wire_type), previous)
+    assert updated is not None
+    assert updated == projector.from_wire(typed(doc, projector.wire_type)) == projector.from_json(doc)
+    assert (updated.progress is not None) == trainer_status
+
+
+def test_status_wire_keeps_a_suspended_spec() -> None:
+    # spec.suspend is part of the spec: an update with the same generation keeps it (the API server bumps
+    # the generation when it is flipped, test_status_wire_needs_the_spec_when_it_may_have_changed).
+    suspended = _job_doc()
+    suspended["spec"]["suspend"] = True
+    previous = TRAINJOB_PROJECTOR.from_wire(_wire(suspended))
+    doc = copy.deepcopy(suspended) | {"status": {"conditions": [_cond("Suspended", "True", "Suspended")]}}
+    updated = TRAINJOB_PROJECTOR.from_status_wire(typed(doc, TRAINJOB_PROJECTOR.status_wire_type), previous)
+    assert updated is not None and updated.flags & SUSPEND
+    assert updated == TRAINJOB_PROJECTOR.from_wire(_wire(doc))
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        _job_doc(generation=2),  # spec written: generation bumped
+        _job_doc(generation=None),  # no generation to compare
+        _job_doc(uid="0f1c2a7e-8d4b-4c1a-9e2f-0123456789ab"),  # another object, same name
+        _job_doc() | {"metadata": _job_doc()["metadata"] | {"name": "k"}},  # another key
+    ],
+)
+def test_status_wire_needs_the_spec_when_it_may_have_changed(doc: Any) -> None:
+    previous = TRAINJOB_PROJECTOR.from_wire(_wire(_job_doc()))
+    wire = typed(doc, TRAINJOB_PROJECTOR.status_wire_type)
+    assert TRAINJOB_PROJECTOR.from_status_wire(wire, previous) is None
+
+
+def test_status_wire_never_reuses_a_malformed_previous() -> None:
+    bad = _job_doc()
+    bad["spec"]["trainer"]["numNodes"] = -1
+    previous = TRAINJOB_PROJECTOR.from_wire(_wire(bad))
+    assert previous.malformed
+    wire = typed(_job_doc(rv="101"), TRAINJOB_PROJECTOR.status_wire_type)
+    assert TRAINJOB_PROJECTOR.from_status_wire(wire, previous) is None
 
 
 def test_incremental_projection_never_reuses_a_malformed_previous() -> None:
