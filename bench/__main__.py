@@ -3,7 +3,9 @@
 
 Runs the performance scenarios of issue #6 against the simulated cluster (and a replay server for the watch
 firehose), each in its own process, and writes ``benchmarks.md`` and ``benchmarks.json`` into ``--output``
-(default: docs/). ``--quick``: small sizes, one repetition, never fails on a target (CI smoke test).
+(default: docs/ for a full run of every scenario; a new temporary directory for ``--quick`` or ``--only``,
+whose report must not replace the full one in docs/). ``--quick``: small sizes, one repetition, never fails
+on a target (CI smoke test).
 P8 (bench/p8.py) runs 1,000,000 TrainJobs in full mode (1,000 quick); ``--p8-jobs N`` sets another size.
 ``--strict``: exit 1 when a target is missed (full mode only). ``--plot``: also draw PNGs into ``--output``
 (bench/plot.py: memory, sync time and scrape p99 against TrainJobs, P5's stall distribution), linked from
@@ -30,7 +32,12 @@ from bench.common import ROOT, machine
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small sizes, 1 repetition, no timing assertions")
-    p.add_argument("--output", type=Path, default=ROOT / "docs", help="directory for benchmarks.md/.json")
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="directory for benchmarks.md/.json (default: docs/ for a full run, else a new temporary one)",
+    )
     p.add_argument("--only", default="", help="comma-separated scenarios, e.g. P1,P5 (default: all)")
     p.add_argument(
         "--reps", type=int, default=0, help="repetitions (default: 5 for P1, 3 otherwise; quick 1)"
@@ -50,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps:
         sizes.reps = args.reps
     only = {s.strip().upper() for s in args.only.split(",") if s.strip()}
+    args.output = report_dir(args.output, quick=args.quick, only=only)
 
     def want(*ids: str) -> bool:
         return not only or bool(only & set(ids))
@@ -116,6 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     if misses:
         print("bench: targets missed: " + "; ".join(misses))
     return 1 if misses and args.strict and not args.quick else 0
+
+
+def report_dir(output: Path | None, *, quick: bool, only: set[str]) -> Path:
+    """Where the report goes: ``output`` when given; docs/ for a full run of every scenario; otherwise a new
+    temporary directory, so that a smoke test or a partial run never replaces the full report in docs/."""
+    if output is not None:
+        return output
+    if quick or only:
+        return Path(tempfile.mkdtemp(prefix="bench-report-"))
+    return ROOT / "docs"
 
 
 def _plot(res: scenarios.Results, out_dir: Path, meta: dict[str, Any]) -> list[Path]:
