@@ -33,9 +33,11 @@ from app.trainer.projections import (
     same_uid_text,
 )
 from app.trainer.wire import (
+    ChildJobStatus,
     Condition,
     Container,
     JobMeta,
+    JobStatus,
     JobStatusWithTrainer,
     ReplicatedJob,
     RuntimeWire,
@@ -181,6 +183,15 @@ class TrainJobProjector:
             self.max_trainer_metrics,
         )
 
+    def _wire_status(
+        self, status: JobStatus | None
+    ) -> tuple[list[Condition] | None, list[ChildJobStatus] | None, TrainerProgress | None]:
+        """The conditions, jobsStatus and (per-TrainJob series on) trainer progress of a typed status."""
+        if status is None:
+            return None, None, None
+        progress = self._wire_progress(status) if self.trainer_status else None
+        return status.conditions, status.jobsStatus, progress
+
     def wire_key(self, wire: Any) -> str:
         """The cache key the projection of ``wire`` will have (to look ``previous`` up)."""
         meta: JobMeta = wire.metadata
@@ -224,15 +235,7 @@ class TrainJobProjector:
         uid = previous.uid_key
         if not same_uid_text(uid, meta.uid):
             return None
-        status = wire.status
-        conditions = None
-        jobs = None
-        progress = None
-        if status is not None:
-            conditions = status.conditions
-            jobs = status.jobsStatus
-            if self.trainer_status:
-                progress = self._wire_progress(status)
+        conditions, jobs, progress = self._wire_status(wire.status)
         # rules.training_ready over the typed entries, inlined for the same reason (with
         # projection_build.training_jobs_of): no pairs built, and the runtime looked up only once an entry is
         # ready (never for a job whose pods all wait).
@@ -272,15 +275,7 @@ class TrainJobProjector:
         w: TrainJobWire = wire
         meta = w.metadata
         spec = w.spec
-        status = w.status
-        conditions = None
-        jobs = None
-        progress = None
-        if status is not None:
-            conditions = status.conditions
-            jobs = status.jobsStatus
-            if self.trainer_status:
-                progress = self._wire_progress(status)
+        conditions, jobs, progress = self._wire_status(w.status)
         ref = spec.runtimeRef if spec is not None else None
         trainer = spec.trainer if spec is not None else None
         rpn = trainer.resourcesPerNode if trainer is not None else None
