@@ -11,7 +11,6 @@ it then, and that it reads it whenever the generation moves or the object is new
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any
 
@@ -65,12 +64,11 @@ class _Handler:
         pass
 
 
-def _listed(
-    projector: TrainJobProjector = TRAINJOB_PROJECTOR, *jobs: dict[str, Any]
-) -> tuple[Cache[Any], Ingest[Any], _Handler]:
+def _listed(projector: TrainJobProjector = TRAINJOB_PROJECTOR) -> tuple[Cache[Any], Ingest[Any], _Handler]:
+    """The informer's cache and ingest after a LIST of one job, ``_job(100)``."""
     handler = _Handler()
     cache, ingest = cache_and_ingest(projector, handler, InformerCounters(), name="t", clock=time.monotonic)
-    body = orjson.dumps({"metadata": {"resourceVersion": "100"}, "items": list(jobs) or [_job(100)]})
+    body = orjson.dumps({"metadata": {"resourceVersion": "100"}, "items": [_job(100)]})
     items: dict[str, Any] = {}
     unusable: set[str] = set()
     rv, _ = ingest.list_page(body, items, unusable)
@@ -131,4 +129,4 @@ def test_trainer_progress_is_read_from_the_status_wire() -> None:
     ingest.process_line(_line("MODIFIED", update))
     job = cache.store["team-a/j"]
     assert job.progress is not None and job.progress.percent == 40
-    assert job == projector.from_json(copy.deepcopy(update))
+    assert job == projector.from_json(update)
