@@ -12,10 +12,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
+
+if TYPE_CHECKING:  # app is imported where used: bench.instructions may load another tree's
+    from app.kube.lines import Line
 
 from bench.common import (
     PYTHON,
@@ -339,11 +342,18 @@ def _offline_rate(list_bodies: list[bytes], lines: list[bytes], *, exact: bool =
     return rate
 
 
-def _offline_layers(list_bodies: list[bytes]) -> tuple[Callable[[bytes], None], Callable[[bytes], None]]:
+def _offline_layers(list_bodies: list[bytes]) -> tuple[Callable[[bytes], object], Callable[[bytes], None]]:
     """P1's pipeline from memory cut after two of its layers, to show where its time goes, each a function of
-    one line: decode and projection (each projection kept in a dict under its key, as the cache keeps it);
-    and the whole ingest and cache with a handler that does nothing. The rest of the full pipeline
-    (``_offline_rate``) is the rules and the counting."""
+    one line: decode and projection (``line_projector``); and the whole ingest and cache with a handler that
+    does nothing. The rest of the full pipeline (``_offline_rate``) is the rules and the counting."""
+    cache, ingest, _ = _offline_ingest(list_bodies, rules=False)
+    return line_projector(dict(cache.store)), ingest.process_line
+
+
+def line_projector(projections: dict[str, Any]) -> Callable[[Line], tuple[str, Any]]:
+    """A TrainJob watch line's decode and projection as the Ingest makes them, each projection kept in
+    ``projections`` under its key as the cache keeps it (start it with what the LISTs put in the cache); the
+    function returns the event's type and the projection."""
     from app.kube.decode import Decoder
     from app.trainer.projectors import TRAINJOB_PROJECTOR
 
@@ -353,11 +363,10 @@ def _offline_layers(list_bodies: list[bytes]) -> tuple[Callable[[bytes], None], 
     # As the Ingest does: the update of a cached job from its status alone, the whole object when that cannot
     # be (a tree without the status wire: always from_wire, with the cached projection).
     from_status = getattr(TRAINJOB_PROJECTOR, "from_status_wire", None)
-    cache, ingest, _ = _offline_ingest(list_bodies, rules=False)
-    projections: dict[str, Any] = dict(cache.store)  # what the LISTs put in the cache
 
-    def project(line: bytes) -> None:
-        wire = decode(line).object
+    def project(line: Line) -> tuple[str, Any]:
+        event = decode(line)
+        wire = event.object
         previous = projections.get(wire_key(wire))
         obj: Any = None
         if from_status is None:
@@ -365,10 +374,12 @@ def _offline_layers(list_bodies: list[bytes]) -> tuple[Callable[[bytes], None], 
         elif previous is not None:
             obj = from_status(wire, previous)
         if obj is None:
-            obj = from_wire(full(line).object)
+            event = full(line)
+            obj = from_wire(event.object)
         projections[obj.key] = obj
+        return event.type, obj
 
-    return project, ingest.process_line
+    return project
 
 
 def _offline_layer_rates(list_bodies: list[bytes], lines: list[bytes]) -> tuple[float, float]:
@@ -397,7 +408,7 @@ async def _fetch_lines(url: str, events: int) -> list[bytes]:
     return b"".join(chunks).split(b"\n")[:events]
 
 
-def _typed_decode() -> Callable[[bytes], Any]:
+def _typed_decode() -> Callable[[Line], Any]:
     """msgspec's typed decode of a TrainJob watch line, as the informer's Decoder makes it of an update of a
     cached job: into the status wire type (no spec), or the whole wire type in a tree without one."""
     from app.kube.decode import Decoder
@@ -405,7 +416,7 @@ def _typed_decode() -> Callable[[bytes], Any]:
 
     decoder = Decoder(TRAINJOB_PROJECTOR)
     typed = getattr(decoder, "status_event_decoder", None) or decoder.event_decoder
-    decode: Callable[[bytes], Any] = typed.decode
+    decode: Callable[[Line], Any] = typed.decode
     return decode
 
 

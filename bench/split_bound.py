@@ -47,18 +47,12 @@ def _read_and_project(kubeconfig: str, lists: list[bytes], events: int, batch: i
     """The child: ``events`` watch lines read, decoded and projected as the informer does, sent in batches of
     ``(event type, projection)``; an empty message ends the stream."""
     from app.kube.client import KubeClient
-    from app.kube.decode import Decoder
     from app.kube.informer import InformerOptions
     from app.kube.lines import LineSplitter
     from app.kube.reflector import READ_BYTES
-    from app.trainer.projectors import TRAINJOB_PROJECTOR as projector
 
     cache, _, _ = scenarios._offline_ingest(lists, rules=False)
-    projections: dict[str, Any] = dict(cache.store)
-    decoder = Decoder(projector)
-    assert decoder.status_event_decoder is not None
-    decode_status, decode_whole = decoder.status_event_decoder.decode, decoder.event_decoder.decode
-    wire_key, from_status, from_wire = projector.wire_key, projector.from_status_wire, projector.from_wire
+    project = scenarios.line_projector(dict(cache.store))
 
     async def run() -> None:
         client = await KubeClient.connect(kubeconfig)
@@ -74,14 +68,7 @@ def _read_and_project(kubeconfig: str, lists: list[bytes], events: int, batch: i
                     if not chunk:
                         break
                     for line in split(chunk)[0]:
-                        event = decode_status(line)
-                        previous = projections.get(wire_key(event.object))
-                        obj = None if previous is None else from_status(event.object, previous)
-                        if obj is None:  # new, or its spec moved: the whole object, as the Ingest does
-                            event = decode_whole(line)
-                            obj = from_wire(event.object)
-                        projections[obj.key] = obj
-                        pending.append((event.type, obj))
+                        pending.append(project(line))
                         count += 1
                         if len(pending) >= batch:
                             out.send_bytes(pickle.dumps(pending, protocol=5))
