@@ -89,10 +89,9 @@ def split_rate(kubeconfig: str, lists: list[bytes], events: int, batch: int) -> 
     projecting; and the parent's Cache (what it ended with)."""
     cache, ingest, metric_state = scenarios._offline_ingest(lists)
     apply = ingest._apply
-    receive, send = multiprocessing.get_context("fork").Pipe(duplex=False)
-    child = multiprocessing.get_context("fork").Process(
-        target=_read_and_project, args=(kubeconfig, lists, events, batch, send)
-    )
+    fork = multiprocessing.get_context("fork")  # the child inherits the imports and the LIST bodies
+    receive, send = fork.Pipe(duplex=False)
+    child = fork.Process(target=_read_and_project, args=(kubeconfig, lists, events, batch, send))
     child.start()
     send.close()
     applied, first, last = 0, 0.0, 0.0
