@@ -525,9 +525,12 @@ async def test_fresh_replica_started_at_a_kill_defers_to_the_warm_follower(
     sim: SimulatedCluster, workload: WorkloadGenerator, kubeconfig: Path, tmp_path: Path
 ) -> None:
     """A replica that starts right when the leader dies saw nothing before its first list; the warm
-    follower, whose journal covers the gap, must take over, and nothing is lost."""
+    follower, whose journal covers the gap, must take over, and nothing is lost.
+
+    The crash test's Lease: with FAST_TIMINGS, a loaded CI machine lagged a's renew round past its 1 s
+    deadline and a stepped down before the scenario began (b led, a never counted its term)."""
     async with Fleet(tmp_path) as fleet:
-        a, b = await leader_then_follower(fleet, kubeconfig)
+        a, b = await leader_then_follower(fleet, kubeconfig, **CRASH_LEASE)
         before = workload.snapshot()
         electing: list[float] = []  # when c's elector first existed (c ran for leadership)
 
@@ -541,11 +544,13 @@ async def test_fresh_replica_started_at_a_kill_defers_to_the_warm_follower(
             await fleet.wait_counted(a, TERM_EVENTS)
             await a.service.kill()
             c_started = time.monotonic()
-            c = await fleet.add(kubeconfig, "c")  # fresh, started while a's Lease is still valid
+            c = await fleet.add(kubeconfig, "c", **CRASH_LEASE)  # fresh; a's Lease is still valid
             watcher = asyncio.create_task(watch_elector(c), name="c's elector")
             try:
                 await eventually(lambda: all(i.synced for i in c.service.informers), what="c synced")
-                await eventually(lambda: b.service.journal.leading, timeout=TAKEOVER_TIMEOUT, what="b leads")
+                await eventually(
+                    lambda: b.service.journal.leading, timeout=5 * CRASH_LEASE_WRITTEN, what="b leads"
+                )
                 await fleet.wait_counted(b, TERM_EVENTS)
             finally:
                 watcher.cancel()
@@ -555,7 +560,7 @@ async def test_fresh_replica_started_at_a_kill_defers_to_the_warm_follower(
         after = workload.snapshot()
         # A fresh replica does not run while another holds the Lease: not before a's Lease (renewed at the
         # latest when c started) could have expired.
-        assert not electing or electing[0] - c_started >= LEASE_WRITTEN, electing[0] - c_started
+        assert not electing or electing[0] - c_started >= CRASH_LEASE_WRITTEN, electing[0] - c_started
         assert not c.service.journal.leading
         assert c.service.journal.counted == 0
         # No TrainJob was counted before `before` (the workload only runs inside `generating`), so the
