@@ -18,60 +18,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from bench import scenarios
-
-
-async def read_lines(
-    kubeconfig: str, events: int, read_bytes: int, on_line: Callable[[Any], object]
-) -> float:
-    """``events`` watch lines read as the informer reads them (``read_bytes`` at a time), each handed to
-    ``on_line``; the seconds from the first line to the last."""
-    from app.kube.client import KubeClient
-    from app.kube.informer import InformerOptions
-    from app.kube.lines import LineSplitter
-
-    client = await KubeClient.connect(kubeconfig)
-    split = LineSplitter(InformerOptions().max_object_bytes).feed
-    count, first = 0, 0.0
-    timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=60)
-    try:
-        async with client.stream(scenarios.TRAINJOBS_PATH, query={"watch": "true"}, timeout=timeout) as resp:
-            read = resp.content.read
-            while count < events:
-                chunk = await read(read_bytes)
-                if not chunk:
-                    break
-                for line in split(chunk)[0]:
-                    on_line(line)
-                    count += 1
-                    if count == 1:
-                        first = time.perf_counter()
-                    if count == events:
-                        break
-        last = time.perf_counter()
-    finally:
-        await client.close()
-    if count != events:
-        raise RuntimeError(f"the watch ended after {count} of {events} lines")
-    return last - first
+from bench.common import print_medians
 
 
 def direct_rate(kubeconfig: str, lists: list[bytes], events: int, read_bytes: int) -> tuple[float, Any]:
     """Lines per second through the read path straight into the pipeline; and the pipeline's Cache."""
     cache, ingest, metric_state = scenarios._offline_ingest(lists)
-    seconds = asyncio.run(read_lines(kubeconfig, events, read_bytes, ingest.process_line))
+    seconds = asyncio.run(scenarios.read_watch_lines(kubeconfig, events, ingest.process_line, read_bytes))
     metric_state.render_text()  # the state really holds what it was fed
     return (events - 1) / seconds, cache
 
@@ -82,7 +43,9 @@ def two_phase_rate(kubeconfig: str, lists: list[bytes], events: int, read_bytes:
     cache, ingest, metric_state = scenarios._offline_ingest(lists)
     kept: list[bytes] = []
     keep = kept.append
-    reading = asyncio.run(read_lines(kubeconfig, events, read_bytes, lambda line: keep(bytes(line))))
+    reading = asyncio.run(
+        scenarios.read_watch_lines(kubeconfig, events, lambda line: keep(bytes(line)), read_bytes)
+    )
     processing = events / scenarios._lines_rate(ingest.process_line, kept)
     metric_state.render_text()
     return events / (reading + processing), cache
@@ -156,11 +119,7 @@ def main() -> None:
                 )
         finally:
             replay.stop()
-    summary = {
-        name: {"median": round(statistics.median(r), 3), "runs": [round(x, 3) for x in r]}
-        for name, r in rows.items()
-    }
-    print(json.dumps(summary, indent=2))
+    print_medians(rows)
 
 
 if __name__ == "__main__":

@@ -241,10 +241,13 @@ async def _baseline_rate(kubeconfig: str, events: int) -> float:
     return (events - 1) / (last - first)
 
 
-async def _socket_orjson_rate(kubeconfig: str, events: int) -> float:
-    """The socket's share of P1: the informer's own read path (KubeClient.stream, bounded reads,
-    LineSplitter) with nothing after it but ``orjson.loads`` of each line. P1 ÷ this is what the rest of
-    the pipeline costs over a bare parse of what arrives; this ÷ bare orjson is what reading costs."""
+async def read_watch_lines(
+    kubeconfig: str, events: int, on_line: Callable[[Any], object], read_bytes: int | None = None
+) -> float:
+    """``events`` TrainJob watch lines read as the informer reads them (``KubeClient.stream``, bounded reads
+    of ``read_bytes``, default the informer's, ``LineSplitter``), each handed to ``on_line``; the seconds from
+    the first line to the last. A stream that ends before ``events`` lines is an error: a rate over fewer
+    lines than asked would not be the figure it is reported as."""
     from app.kube.client import KubeClient
     from app.kube.informer import InformerOptions
     from app.kube.lines import LineSplitter
@@ -252,25 +255,36 @@ async def _socket_orjson_rate(kubeconfig: str, events: int) -> float:
 
     client = await KubeClient.connect(kubeconfig)
     split = LineSplitter(InformerOptions().max_object_bytes).feed
-    loads = orjson.loads
+    size = READ_BYTES if read_bytes is None else read_bytes
     count, first = 0, 0.0
     timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=60)
     try:
         async with client.stream(TRAINJOBS_PATH, query={"watch": "true"}, timeout=timeout) as resp:
             read = resp.content.read
             while count < events:
-                chunk = await read(READ_BYTES)
+                chunk = await read(size)
                 if not chunk:
                     break
                 for line in split(chunk)[0]:
-                    loads(line)
+                    on_line(line)
                     count += 1
                     if count == 1:
                         first = time.perf_counter()
+                    if count == events:
+                        break
         last = time.perf_counter()
     finally:
         await client.close()
-    return (count - 1) / (last - first)
+    if count != events:
+        raise RuntimeError(f"the watch ended after {count} of {events} lines")
+    return last - first
+
+
+async def _socket_orjson_rate(kubeconfig: str, events: int) -> float:
+    """The socket's share of P1: the informer's own read path (``read_watch_lines``) with nothing after it but
+    ``orjson.loads`` of each line. P1 ÷ this is what the rest of the pipeline costs over a bare parse of what
+    arrives; this ÷ bare orjson is what reading costs."""
+    return (events - 1) / await read_watch_lines(kubeconfig, events, orjson.loads)
 
 
 async def _fetch_lists(url: str) -> list[bytes]:

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import multiprocessing
 import pickle
-import statistics
 import sys
 import tempfile
 import time
@@ -38,50 +36,29 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from bench import scenarios
+from bench.common import print_medians
 
 
 def _read_and_project(kubeconfig: str, lists: list[bytes], events: int, batch: int, out: Connection) -> None:
     """The child: ``events`` watch lines read, decoded and projected as the informer does, sent in batches of
     ``(event type, projection)``; an empty message ends the stream."""
-    from app.kube.client import KubeClient
-    from app.kube.informer import InformerOptions
-    from app.kube.lines import LineSplitter
-    from app.kube.reflector import READ_BYTES
-
     cache, _, _ = scenarios._offline_ingest(lists, rules=False)
     project = scenarios.line_projector(dict(cache.store))
+    pending: list[tuple[str, Any]] = []
 
-    async def run() -> None:
-        client = await KubeClient.connect(kubeconfig)
-        split = LineSplitter(InformerOptions().max_object_bytes).feed
-        pending: list[tuple[str, Any]] = []
-        count = 0
-        timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=60)
-        try:
-            path = scenarios.TRAINJOBS_PATH
-            async with client.stream(path, query={"watch": "true"}, timeout=timeout) as resp:
-                while count < events:
-                    chunk = await resp.content.read(READ_BYTES)
-                    if not chunk:
-                        break
-                    for line in split(chunk)[0]:
-                        pending.append(project(line))
-                        count += 1
-                        if len(pending) >= batch:
-                            out.send_bytes(pickle.dumps(pending, protocol=5))
-                            pending = []
-                        if count == events:
-                            break
-        finally:
-            await client.close()
+    def send(line: Any) -> None:
+        pending.append(project(line))
+        if len(pending) >= batch:
+            out.send_bytes(pickle.dumps(pending, protocol=5))
+            pending.clear()
+
+    try:
+        asyncio.run(scenarios.read_watch_lines(kubeconfig, events, send))
+    finally:  # the parent stops at the end message; a short stream fails the child, which the parent reports
         if pending:
             out.send_bytes(pickle.dumps(pending, protocol=5))
         out.send_bytes(b"")
-
-    asyncio.run(run())
 
 
 def split_rate(kubeconfig: str, lists: list[bytes], events: int, batch: int) -> tuple[float, Any]:
@@ -144,11 +121,7 @@ def main() -> None:
                     )
         finally:
             replay.stop()
-    summary = {
-        mode: {"median": round(statistics.median(r), 3), "runs": [round(x, 3) for x in r]}
-        for mode, r in rows.items()
-    }
-    print(json.dumps(summary, indent=2))
+    print_medians(rows)
 
 
 if __name__ == "__main__":
