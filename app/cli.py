@@ -7,9 +7,9 @@ import asyncio
 import functools
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
@@ -19,6 +19,11 @@ from app.config import ENV_PREFIX, Settings, SettingsError, load_settings
 from app.serving.logging_setup import configure_logging
 from app.serving.tls import CertificateReloader, TLSConfigError, load_tls
 from app.version import revision, version_line
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from app.serving.server import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +194,11 @@ def parse_flags(argv: Sequence[str] | None) -> tuple[dict[str, Any], dict[str, A
     return overrides, sim_overrides
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, before_serving: Callable[[FastAPI, HttpServer], None] | None = None
+) -> int:
+    """``before_serving``: called with the app and its bound server just before they serve (the tests' and
+    the benchmarks' process runner adds its instrumentation there; the product passes nothing)."""
     overrides, sim_overrides = parse_flags(argv)
     try:
         settings = load_settings(**overrides)
@@ -239,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trainer-metrics: {exc}", file=sys.stderr)
         return 2
     register_collector(app, server.telemetry)
+    if before_serving is not None:
+        before_serving(app, server)
     asyncio.run(server.serve())
     return 0
 

@@ -506,16 +506,27 @@ def start_service(
     streaming_list: str | None = None,
     exact: bool = True,
 ) -> tuple[Child, str]:
-    args = [PYTHON, "-m", "bench.serviceproc", "--kubeconfig", kubeconfig]
-    if lag_probe:
-        args.append("--lag-probe")
+    from tests.support import replica_process
+
+    # The service as the CLI runs it (tests/support/replica_process.py) without election or probe port, the
+    # per-TrainJob series on (capped) when asked; not exact: P9's baseline, no born-at-zero hold and no
+    # hand-over journal (what PromQL-exact counting adds).
+    settings: dict[str, Any] = {
+        "kubeconfig": kubeconfig,
+        "host": "127.0.0.1",
+        "port": 0,
+        "probe_port": None,
+        "leader_election": False,
+        "log_level": "WARNING",
+        "per_trainjob_series": per_trainjob_max_jobs > 0,
+        "per_trainjob_max_jobs": per_trainjob_max_jobs,
+    }
     if streaming_list:
-        args += ["--streaming-list", streaming_list]
+        settings["streaming_list"] = streaming_list
     if not exact:
-        args.append("--no-exact")
-    if per_trainjob_max_jobs:
-        args += ["--per-trainjob-max-jobs", str(per_trainjob_max_jobs)]
-    child = Child(args, name=name, log_dir=work)
+        settings.update(zero_hold_seconds=0.0, handover_journal_size=0)
+    args = replica_process.command(python=PYTHON, ready_line=True, lag_probe=lag_probe)
+    child = Child(args, name=name, log_dir=work, env=replica_process.environment(settings, base={}))
     # It binds a port the kernel picks and names it in its ready line (before its service starts).
     port = child.wait_ready(120)["port"]
     return child, f"http://127.0.0.1:{port}"

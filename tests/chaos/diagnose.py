@@ -1,7 +1,7 @@
 """Per-uid diagnosis of the chaos soak: which countable edges were lost, and why.
 
 ``.venv/bin/python -m tests.chaos.diagnose --seconds 100 [--json out.json]`` runs the soak
-(tests/chaos/soak.py) with extra recording:
+(tests/chaos/soak/) with extra recording:
 
 * the truth per uid: rv and time of its creation, terminal write and deletion (wrapping the generator's
   truth);
@@ -23,7 +23,7 @@ Then every (uid, edge) of the truth that no leader counted is classified:
 * ``journalled_not_replayed``: emitted while nobody led (or by a follower), not replayed at the take-over;
 * ``other``: anything else (listed in full).
 
-Edges counted more than once are named by the soak itself (``DoubleCounts`` in tests/chaos/soak.py,
+Edges counted more than once are named by the soak itself (``DoubleCounts`` in tests/chaos/soak/doubles.py,
 ``doubles_by_cause`` and ``doubles_not_crash_bound`` in the report).
 """
 
@@ -45,7 +45,9 @@ from app.handover.journal import CountJournal
 from app.replica.service import Service
 from app.trainer.events import JobCreated, JobFinished
 from tests.chaos.replicas import InProcessReplica
-from tests.chaos.soak import Soak, SoakConfig, render_table
+from tests.chaos.soak.config import SoakConfig
+from tests.chaos.soak.runner import Soak
+from tests.chaos.soak.table import render_table
 
 
 class Diagnosis:
@@ -389,7 +391,7 @@ class MemorySoak(DiagnosedSoak):
         import gc as _gc
 
         from app.trainer.kinds import TRAINJOBS
-        from tests.chaos.soak import rss_bytes
+        from tests.chaos.soak.own_memory import rss_bytes
 
         store = self.sim.store
         out: dict[str, Any] = {
@@ -422,7 +424,7 @@ class MemorySoak(DiagnosedSoak):
         pending = sorted(self.points)
         tick = 0
         while not stop.is_set():
-            from tests.chaos.soak import rss_bytes
+            from tests.chaos.soak.own_memory import rss_bytes
 
             self.rss.append((self.t(), rss_bytes()))
             tick += 1

@@ -1,14 +1,14 @@
 """Memory of each trainer-metrics process in the chaos soak, measured in that process, not in the soak's.
 
-The soak (tests/chaos/soak.py, process mode) reads, for every replica process:
+The soak (tests/chaos/soak/, process mode) reads, for every replica process:
 
 * its RSS (``VmRSS``, and ``RssAnon``: the heap, without the mapped files) from ``/proc/<pid>/status``
   every ``interval`` seconds;
 * the sizes of what it remembers besides its informer caches (``/debug/snapshot``: ``remembered``, the
   terminal-dedup set, the informers' objects) every ``structures_every`` readings;
-* with them, its allocator's figures (``GET /soak/memory``, tests/chaos/replica_proc.py): glibc's heap, the
-  part of it in use, and Python's allocated blocks, i.e. its live memory, apart from the free heap glibc
-  keeps after a transient peak (the image's ``MALLOC_TRIM_THRESHOLD_`` keeps up to 128 MB of it);
+* with them, its allocator's figures (``GET /soak/memory``, tests/support/replica_instruments.py): glibc's
+  heap, the part of it in use, and Python's allocated blocks, i.e. its live memory, apart from the free heap
+  glibc keeps after a transient peak (the image's ``MALLOC_TRIM_THRESHOLD_`` keeps up to 128 MB of it);
 * at the end, after the last raw readings, the same after a full collection and ``malloc_trim(0)``
   (``?trim=1``): what RSS would be without that free heap.
 

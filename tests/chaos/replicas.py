@@ -1,49 +1,34 @@
 """The chaos soak's replicas, in the soak's own process or each in a process of its own.
 
-``InProcessReplica``: a ``Service`` on the soak's event loop, served over HTTP on its slot by a uvicorn of
-the soak (lifespan off: the soak starts and stops the service), its tap (tests/chaos/tap.py) calling the
-soak's handler directly. ``ProcessReplica``: ``python -m tests.chaos.replica_proc``, the service as the CLI
-runs it, on its slot's inherited socket; its tap records come over a pipe, its state from its ``status``
-records; a kill is SIGKILL, a graceful stop SIGTERM. Both answer the same questions (``ReplicaHandle``), so
-the soak's checks are the same in either mode.
+``InProcessReplica``: a replica of the in-process runner (tests/support/replica_inprocess.py) on the soak's
+event loop, served over HTTP on its slot (lifespan off: the soak starts and stops the service), its tap
+(tests/chaos/tap.py) calling the soak's handler directly. ``ProcessReplica``: one of the process runner
+(tests/support/replica_process.py), the service as the CLI runs it, on its slot's inherited socket; its tap
+records come over a pipe, its state from its ``status`` records; a kill is SIGKILL, a graceful stop SIGTERM.
+Both answer the same questions (``ReplicaHandle``), so the soak's checks are the same in either mode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import re
 import signal
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
-import uvicorn
 
-from app.main import create_app
-from app.replica.service import Service
 from tests.chaos.tap import Record, attach_informers, install_tap
-from tests.support.harness import Replica, settings_for
+from tests.support import replica_process
+from tests.support.replica_inprocess import Replica, settings_for, start_replica
 from tests.support.slots import SlotSockets
 from tests.support.waiting import eventually
 
-REPO = Path(__file__).resolve().parents[2]
 OnRecord = Callable[[Record], None]
-
-
-def image_malloc_env() -> dict[str, str]:
-    """The glibc malloc settings the image runs the service with (the Dockerfile's ``MALLOC_*`` ENV): they
-    decide how much freed heap a process keeps, so its RSS, as in production."""
-    with contextlib.suppress(OSError):
-        text = (REPO / "Dockerfile").read_text()
-        return dict(re.findall(r"\b(MALLOC_[A-Z_]+)=(\d+)", text))
-    return {}
 
 
 class ReplicaHandle:
@@ -83,26 +68,14 @@ class ReplicaHandle:
         raise NotImplementedError
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: several run at once in this process, and each would restore
-    the handlers it found when it stops, in whatever order they stop."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 class InProcessReplica(ReplicaHandle):
-    def __init__(self, service: Service, replica: Replica, slot: int) -> None:
-        self.service = service
-        self.replica = replica  # its routes through ASGI, no socket (tests/support/harness.py)
-        self.identity = service.settings.identity
+    def __init__(self, replica: Replica, slot: int) -> None:
+        self.replica = replica
+        self.service = replica.service
+        self.identity = replica.identity
         self.slot = slot
         self.started = time.monotonic()
         self.http = replica.http
-        self._server: _Server | None = None
-        self._serving: asyncio.Task[None] | None = None
-        self._app: Any = None
 
     @classmethod
     async def start(
@@ -114,33 +87,15 @@ class InProcessReplica(ReplicaHandle):
         on_record: OnRecord,
         **overrides: Any,
     ) -> InProcessReplica:
-        settings = settings_for(kubeconfig, identity, **overrides)
-        service = Service(settings)
-        install_tap(service, on_record)
-        await service.start()
-        attach_informers(service, on_record)  # built by start(), which has not yielded since
-        app = create_app(settings)
-        app.state.service = service
-        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://replica")
-        self = cls(service, Replica(service, http), slot)
-        self._app = app
-        # Served on its slot's held socket for Prometheus; lifespan off: the soak starts and stops it.
-        config = uvicorn.Config(
-            app, host=sockets.host, port=sockets.port(slot), lifespan="off", log_config=None, access_log=False
+        settings = settings_for(kubeconfig, identity, host=sockets.host, port=sockets.port(slot), **overrides)
+        replica = await start_replica(
+            settings,
+            serve=True,
+            sock=sockets.serving(slot),  # its slot's held socket, for Prometheus
+            before_start=lambda service: install_tap(service, on_record),
         )
-        server = self._server = _Server(config)
-        serving = self._serving = asyncio.create_task(
-            server.serve(sockets=[sockets.serving(slot)]), name=f"http {identity}"
-        )
-
-        def started() -> bool:
-            if serving.done():
-                serving.result()
-                raise RuntimeError(f"the HTTP server of {identity} did not start")
-            return bool(server.started)
-
-        await eventually(started, 30.0, interval=0.01, what=f"the HTTP server of {identity}")
-        return self
+        attach_informers(replica.service, on_record)  # built by start(), which has not yielded since
+        return cls(replica, slot)
 
     def leading(self) -> bool:
         return self.service.journal.leading
@@ -167,23 +122,11 @@ class InProcessReplica(ReplicaHandle):
     async def stop(self, *, kill: bool) -> None:
         """A kill: ``Service.kill()`` (no hand-over wait, no Lease release). Its HTTP server stops after
         the service: a graceful stop hands over while Prometheus still scrapes it."""
-        try:
-            if kill:
-                await self.service.kill()
-            else:
-                await self.service.stop()
-        finally:
-            if self._server is not None and self._serving is not None:
-                self._server.should_exit = True
-                with contextlib.suppress(Exception):
-                    await self._serving
-            if self._app is not None:
-                self._app.state.service = None  # nothing may keep a stopped replica alive
-            await self.http.aclose()
+        await self.replica.stop(kill=kill)
 
 
 class ProcessReplica(ReplicaHandle):
-    """``tests/chaos/replica_proc.py`` in a child process."""
+    """A replica process (tests/support/replica_process.py) with the soak's tap and memory readings."""
 
     def __init__(self, identity: str, slot: int, port: int, log_path: Path) -> None:
         self.identity = identity
@@ -213,38 +156,32 @@ class ProcessReplica(ReplicaHandle):
     ) -> ProcessReplica:
         """``env``: set in the process's environment on top of the image's malloc settings ("" unsets)."""
         self = cls(identity, slot, sockets.port(slot), log_dir / f"{identity}-slot-{slot}.log")
-        values = {
+        settings = {
             "kubeconfig": str(kubeconfig),
             "identity": identity,
             "lease_namespace": "default",
             "host": sockets.host,
+            "port": 0,  # the main listener is the slot's inherited socket
             "probe_port": 0,  # its own probe listener, on a port the kernel picks (nobody scrapes it)
             "log_level": "WARNING",
             **overrides,
         }
         read_fd, write_fd = os.pipe()
         listen_fd = sockets.fd(slot)
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINER_METRICS_", "MALLOC_"))}
-        environ.update(image_malloc_env())
-        environ.update(env or {})
-        environ = {k: v for k, v in environ.items() if v != ""}
+        environ = replica_process.environment(
+            settings,
+            extra={**replica_process.image_malloc_env(), **(env or {})},
+            base={k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")},
+        )
         try:
             with self.log_path.open("ab") as log:
                 self.proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "tests.chaos.replica_proc",
-                    "--listen-fd",
-                    str(listen_fd),
-                    "--tap-fd",
-                    str(write_fd),
-                    "--settings",
-                    json.dumps(values),
+                    *replica_process.command(listen_fd=listen_fd, tap_fd=write_fd, memory=True),
                     pass_fds=(listen_fd, write_fd),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
-                    cwd=REPO,
+                    cwd=replica_process.REPO,
                     env=environ,
                 )
         finally:

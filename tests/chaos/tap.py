@@ -2,8 +2,8 @@
 
 ``install_tap(service, emit)`` wraps a few methods of one ``Service`` (the same wrappers the soak has always
 used) and calls ``emit`` with a small dict for each thing the soak's checks need; it keeps nothing itself.
-In the soak's own process ``emit`` is the soak's handler; in a replica process of its own
-(tests/chaos/replica_proc.py) it writes one JSON line per record to a pipe the soak reads. Records:
+In the soak's own process ``emit`` is the soak's handler; in a replica process of its own (``--tap-fd``,
+tests/support/replica_instruments.py) it writes one JSON line per record to a pipe the soak reads. Records:
 
 * ``term_start`` (``floor``: the watermark the term counts from, None if nothing known) before the journal
   starts leading, so that the replays of the take-over come after it; ``term_stop`` once it stopped;

@@ -28,8 +28,10 @@ import pytest
 from app.replica.service import Service
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
-from tests.chaos.soak import SoakConfig, service_traced_bytes
-from tests.support.harness import last_write_rv, replica
+from tests.chaos.soak.config import SoakConfig
+from tests.chaos.soak.own_memory import service_traced_bytes
+from tests.support.harness import last_write_rv
+from tests.support.replica_inprocess import replica
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

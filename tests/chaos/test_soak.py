@@ -1,6 +1,6 @@
 """CI chaos soak: ~100 s of random faults against four replicas, each a process of its own.
 
-The soak runs once per module (``tests/chaos/soak.py``, also runnable for longer:
+The soak runs once per module (``tests/chaos/soak/``, also runnable for longer:
 ``python -m tests.chaos.soak --minutes 10``); each test below checks one guarantee on its report. The
 figures are printed (``pytest -s``) and written as JSON under the pytest tmp dir. Two of the replicas are
 residents (never killed or restarted, demoted from leadership instead): their memory is measured in their
@@ -16,14 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.soak import (
-    FAULT_KINDS,
-    SoakConfig,
-    memory_failures,
-    readiness_failures,
-    render_table,
-    run_soak,
-)
+from tests.chaos.soak.checks import memory_failures, readiness_failures
+from tests.chaos.soak.config import FAULT_KINDS, SoakConfig
+from tests.chaos.soak.runner import run_soak
+from tests.chaos.soak.table import render_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 

@@ -24,7 +24,8 @@ from app.kube.informer import Informer
 from app.trainer.kinds import TRAINJOBS
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
-from tests.support.harness import Replica, replica, total
+from tests.support.replica_inprocess import Replica, replica
+from tests.support.samples import total
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)

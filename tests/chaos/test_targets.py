@@ -17,7 +17,8 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
-from tests.chaos.soak import Soak, SoakConfig
+from tests.chaos.soak.config import SoakConfig
+from tests.chaos.soak.runner import Soak
 from tests.support.fleet import FleetPrometheus
 from tests.support.prom import Prometheus, listening_ports
 from tests.support.slots import SlotSockets, TargetCollision, check_distinct

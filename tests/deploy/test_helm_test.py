@@ -18,7 +18,7 @@ import pytest
 
 from app.replica.simulate import DEMO_SCRAPER_TOKEN
 from image import build
-from tests.security.exporter_proc import exporter
+from tests.support.replica_process import SIMULATED_ALONE, running
 
 from .chart import CHART_DIR, FULLNAME, NAMESPACE, ROOT, Obj, Rendered, RenderFn, production_values
 
@@ -259,7 +259,7 @@ def test_check_against_the_exporter_with_tls_and_auth(render: RenderFn, tmp_path
     pod = hook_pod(render(production_values()))
     script = pod["spec"]["containers"][0]["command"][2]
     settings = {"auth_enabled": "true", "tls_cert_file": str(cert), "tls_key_file": str(key)}
-    with exporter(tmp_path, settings=settings, timeout=60) as ex:
+    with running(tmp_path / "exporter.log", {**SIMULATED_ALONE, **settings}, timeout=60) as ex:
         env = pod_env(pod)
         env.update(TM_URL=f"https://127.0.0.1:{ex.port}", TM_CA_FILE=str(cert), TM_TOKEN_FILE=str(token))
         result = run_check(env, script)

@@ -26,9 +26,8 @@ import pytest
 
 from app.metrics import native
 from kubesim.trainer.truth_records import TruthSnapshot
+from tests.support.fleet import InProcessService
 from tests.support.prom import Prometheus, requires_prometheus, running_prometheus, wait_for
-
-from .inprocess import InProcessService
 
 pytestmark = [requires_prometheus, pytest.mark.timeout(240)]
 

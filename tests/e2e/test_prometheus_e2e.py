@@ -27,6 +27,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from kubesim.trainer.truth_records import TruthSnapshot
+from tests.support.fleet import InProcessService
 from tests.support.markdown import promql_examples
 from tests.support.prom import (
     PROMETHEUS_ACCEPT,
@@ -39,8 +40,6 @@ from tests.support.prom import (
     running_prometheus,
     wait_for,
 )
-
-from .inprocess import InProcessService
 
 pytestmark = requires_prometheus
 

@@ -15,17 +15,9 @@ import pytest
 
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINJOBS
 from kubesim.trainer.cluster import SimulatedCluster
-from tests.support.harness import (
-    CREATED,
-    NODES,
-    RUNTIME_INFO,
-    cluster_ref,
-    replica,
-    scrape_counts,
-    total,
-    trainjob_manifest,
-    wait_leading,
-)
+from tests.support.harness import CREATED, NODES, RUNTIME_INFO, cluster_ref, trainjob_manifest, wait_leading
+from tests.support.replica_inprocess import replica
+from tests.support.samples import scrape_counts, total
 from tests.support.waiting import eventually
 
 NAMESPACED: dict[str, Any] = {"leader_election": False, "namespaces": ["team1"]}

@@ -19,18 +19,16 @@ from app.api.models import SnapshotResponse, TerminalPage
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from kubesim.trainer.cluster import SimulatedCluster
 from tests.support.harness import (
-    Replica,
     cluster_ref,
-    parse_samples,
-    replica,
     runtime_manifest,
-    scrape_counts,
     terminal_status,
     trainjob_manifest,
     wait_caught_up,
     wait_leading,
     write_status,
 )
+from tests.support.replica_inprocess import Replica, replica
+from tests.support.samples import parse_samples, scrape_counts
 from tests.support.waiting import eventually
 
 NO_ELECTION: dict[str, Any] = {

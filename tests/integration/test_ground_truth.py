@@ -58,13 +58,11 @@ from tests.support.harness import (
     JOBS,
     LIFETIME,
     NODES,
-    STEADY_TIMINGS,
-    Samples,
-    by_labels,
-    replica,
     wait_caught_up,
     wait_leading,
 )
+from tests.support.replica_inprocess import STEADY_TIMINGS, replica
+from tests.support.samples import Samples, by_labels
 from tests.support.trainer_scenarios import hold_initializers_downloading, play_every_shape
 from tests.support.trainer_shapes import SHAPES, ShapeCensus
 

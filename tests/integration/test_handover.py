@@ -35,18 +35,9 @@ from kubesim.apiserver.core import LEASES
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.truth_records import TruthSnapshot
-from tests.support.harness import (
-    FAST_TIMINGS,
-    STEADY_TIMINGS,
-    CountedEvent,
-    ExporterSampler,
-    Fleet,
-    LeaseLog,
-    LeaseWrite,
-    Replica,
-    counter_values,
-    parse_samples,
-)
+from tests.support.harness import CountedEvent, ExporterSampler, Fleet, LeaseLog, LeaseWrite, counter_values
+from tests.support.replica_inprocess import FAST_TIMINGS, STEADY_TIMINGS, Replica
+from tests.support.samples import parse_samples
 from tests.support.waiting import LoopLag, eventually
 
 pytestmark = pytest.mark.timeout(120)

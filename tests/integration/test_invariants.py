@@ -27,23 +27,18 @@ from tests.support.harness import (
     LIFETIME,
     NODES,
     RUNTIME_INFO,
-    STEADY_TIMINGS,
-    Replica,
-    Samples,
-    by_labels,
     cluster_ref,
     condition,
-    replica,
     running_status,
     runtime_manifest,
-    scrape_counts,
     terminal_status,
-    total,
     trainjob_manifest,
     wait_caught_up,
     wait_leading,
     write_status,
 )
+from tests.support.replica_inprocess import STEADY_TIMINGS, Replica, replica
+from tests.support.samples import Samples, by_labels, scrape_counts, total
 from tests.support.waiting import eventually
 
 TORCH = cluster_ref("torch-distributed")

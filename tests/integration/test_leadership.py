@@ -34,18 +34,16 @@ from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.kinds import TRAINJOBS
 from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.harness import (
-    FAST_TIMINGS,
-    STEADY_TIMINGS,
     ExporterSampler,
     Fleet,
     LeaseLog,
-    Replica,
     counter_values,
-    parse_samples,
     running_status,
     trainjob_manifest,
     write_status,
 )
+from tests.support.replica_inprocess import FAST_TIMINGS, STEADY_TIMINGS, Replica
+from tests.support.samples import parse_samples
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)

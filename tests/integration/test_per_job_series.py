@@ -18,7 +18,9 @@ from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.truth import Truth
 from kubesim.trainer.truth_rules import parse_time, runtime_ref_of
-from tests.support.harness import Replica, Samples, replica, wait_caught_up
+from tests.support.harness import wait_caught_up
+from tests.support.replica_inprocess import Replica, replica
+from tests.support.samples import Samples
 from tests.support.waiting import eventually
 
 PREFIX = "kubeflow_trainer_trainjob_"

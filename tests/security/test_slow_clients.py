@@ -26,7 +26,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.security.exporter_proc import exporter
+from tests.support.replica_process import SIMULATED_ALONE, running
 from tests.support.waiting import wait_for
 
 NOFILE = 512
@@ -92,7 +92,7 @@ async def test_slow_and_idle_clients_do_not_starve_probes_or_scrapes(tmp_path: P
     # 1,000 idle connections from 20 hosts (50 each: under the per-client cap, far over the global one);
     # 1,000 slow-header ones: 800 from 10 hosts, plus 200 from one host (over its per-client cap).
     groups = ["idle:1000:2:20", "slow:800:30:10", "slow:200:50:1"]
-    with exporter(tmp_path, settings=settings, nofile=NOFILE) as ex:
+    with running(tmp_path / "exporter.log", {**SIMULATED_ALONE, **settings}, nofile=NOFILE) as ex:
         # Start-up is over (its last line written) before the log is measured.
         wait_for(lambda: "started leading" in ex.log_path.read_text(), timeout=10, what="start-up logged")
         log_before = ex.log_path.stat().st_size

@@ -4,10 +4,11 @@ Prometheus scraping every replica slot (each slot's socket is bound when the fle
 stops, tests/support/slots.py, so no two targets can share a port; a slot not running is a target that is
 down).
 
-A replica is the app ``trainer-metrics`` runs (``create_app`` served by uvicorn, lifespan on), stopped the way
-Kubernetes stops a pod: ``graceful_stop`` is SIGTERM (app/serving/graceful.py: hand over while still serving,
-then shut down and release the Lease), ``kill`` a crash (no hand-over, no release). Each replica gets a new
-identity (a pod name) and its own ``pod`` target label, as a Deployment's pods do."""
+A replica is the in-process runner's (tests/support/replica_inprocess.py) with the app's lifespan on, as the
+CLI runs it, stopped the way Kubernetes stops a pod: ``graceful_stop`` is SIGTERM (app/serving/graceful.py:
+hand over while still serving, then shut down and release the Lease), ``kill`` a crash (no hand-over, no
+release). Each replica gets a new identity (a pod name) and its own ``pod`` target label, as a Deployment's
+pods do. ``InProcessService`` is a fleet of one, as ``trainer-metrics --simulate`` runs it."""
 
 from __future__ import annotations
 
@@ -16,20 +17,15 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import uvicorn
-from fastapi import FastAPI
-
 from app.config import Settings
 from app.handover.watermarks import WATERMARK_ANNOTATION, parse_watermarks
-from app.main import create_app
 from app.replica.service import Service
-from app.serving.graceful import HandOverOnExit
 from app.trainer.events import CountableEvent
 from kubesim.apiserver.core import LEASES
 from kubesim.apiserver.status import StoreError
@@ -38,9 +34,10 @@ from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.kinds import TRAINJOBS
 from kubesim.trainer.truth_records import TruthSnapshot
-from tests.support.prom import Prometheus
+from tests.support.metrics_requests import MetricsRequestRecorder
+from tests.support.prom import SCRAPE_INTERVAL_SECONDS, Prometheus
+from tests.support.replica_inprocess import Replica, start_replica
 from tests.support.slots import SlotSockets, check_distinct
-from tests.support.waiting import eventually
 from tests.support.workload import drive
 
 T = TypeVar("T")
@@ -61,23 +58,18 @@ REPLICA_SETTINGS: dict[str, Any] = {
 }
 
 
-class FleetServer(HandOverOnExit, uvicorn.Server):
-    """uvicorn with the SIGTERM behaviour of the real server (hand over first)."""
-
-
 @dataclass
 class Live:
-    identity: str
     slot: int
-    app: FastAPI
-    server: FleetServer
-    serving: asyncio.Task[None]
+    replica: Replica
+
+    @property
+    def identity(self) -> str:
+        return self.replica.identity
 
     @property
     def service(self) -> Service:
-        service = self.app.state.service
-        assert isinstance(service, Service)
-        return service
+        return self.replica.service
 
 
 @dataclass
@@ -103,7 +95,13 @@ class Fleet:
     max_jobs: int = 200
     populate: int = 40
     min_delete_age: float = 0.0
+    time_warp: float | None = None  # the generator's (None: its default)
     settings: Mapping[str, Any] = field(default_factory=lambda: dict(REPLICA_SETTINGS))
+    identity_prefix: str = "trainer-metrics-"
+    # As ``--simulate``: the app's embedded cluster is the fleet's (settings.simulate, its defaults, apply).
+    simulate: bool = False
+    recorder: MetricsRequestRecorder | None = None  # what each /metrics request asked for and got, if set
+    runtime_refs: list[str] = field(default_factory=list)
     sockets: SlotSockets | None = None  # every slot's socket, bound in start() and held until stop()
     live: dict[str, Live] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
@@ -268,15 +266,17 @@ class Fleet:
         async with SimulatedCluster(host="127.0.0.1", port=0) as sim:
             self.sim = sim
             self.kubeconfig = sim.write_kubeconfig(Path(self._tmp.name) / "kubeconfig")
+            warp = {} if self.time_warp is None else {"time_warp": self.time_warp}
             self.generator = WorkloadGenerator(
                 sim.store,
                 seed=self.seed,
                 namespaces=self.namespaces,
                 max_jobs=self.max_jobs,
                 min_delete_age=self.min_delete_age,
+                **warp,
             )
             sim.store.subscribe(self._on_store_event)
-            self.generator.load_runtimes()
+            self.runtime_refs = self.generator.load_runtimes()
             self.generator.populate(self.populate)  # the first replicas' initial list: never counted
             self._ready.set()
             try:
@@ -299,37 +299,34 @@ class Fleet:
         if slot >= self.slots:
             raise AssertionError(f"all {self.slots} slots used")
         self._started += 1
-        identity = f"trainer-metrics-{slot}"
+        identity = f"{self.identity_prefix}{slot}"
         assert self.sockets is not None
-        port = self.sockets.port(slot)
         settings = Settings(
             kubeconfig=str(self.kubeconfig),
             identity=identity,
             lease_name=LEASE_NAME,
             lease_namespace=LEASE_NAMESPACE,
             host="127.0.0.1",
-            port=port,
+            port=self.sockets.port(slot),
+            simulate=self.simulate,
             **self.settings,
         )
-        app = create_app(settings)
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, lifespan="on", log_config=None, access_log=False
+        replica = await start_replica(
+            settings,
+            serve=True,
+            # The slot's socket, bound since start(): nobody else can have its port (tests/support/slots.py).
+            sock=self.sockets.serving(slot),
+            lifespan=True,
+            cluster=self._embedded if self.simulate else None,
+            wrap=self.recorder.wrap if self.recorder is not None else None,
         )
-        server = FleetServer(config)
-        # The slot's socket, bound since start(): no other server can have its port (tests/support/slots.py).
-        sockets = [self.sockets.serving(slot)]
-        serving = asyncio.create_task(server.serve(sockets=sockets), name=f"uvicorn {identity}")
-
-        def started() -> bool:
-            if serving.done():
-                serving.result()
-                raise AssertionError(f"{identity} exited during start-up")
-            return bool(server.started)
-
-        await eventually(started, timeout=30, interval=0.02, what=f"{identity} serving")
-        live = self.live[identity] = Live(identity, slot, app, server, serving)
+        live = self.live[identity] = Live(slot, replica)
         self._record_counts(live)
         return identity
+
+    @contextlib.asynccontextmanager
+    async def _embedded(self, settings: Settings) -> AsyncIterator[str]:
+        yield str(self.kubeconfig)
 
     def _record_counts(self, live: Live) -> None:
         ledger = live.service.ledger
@@ -345,9 +342,8 @@ class Fleet:
     async def _graceful(self, identity: str) -> bool:
         live = self.live.pop(identity)
         service = live.service
-        await live.server.begin_graceful_stop()
+        await live.replica.graceful_stop()
         handed_over = service._handed_over is not False
-        await live.serving
         await self._retire(live.slot)
         self.stopped.append(identity)
         return handed_over
@@ -357,10 +353,7 @@ class Fleet:
         service = live.service
         published = self._published()
         killed_at = time.monotonic()
-        await service.kill()
-        live.server.should_exit = True
-        live.server.force_exit = True  # a crash: no lifespan shutdown, no release
-        await live.serving
+        await live.replica.stop(kill=True)  # a crash: no lifespan shutdown, no release
         await self._retire(live.slot)
         # What its last term counted above the published watermark (replays at its takeover included).
         journal = service.journal
@@ -419,3 +412,60 @@ class FleetPrometheus(Prometheus):
         if self.rule_files:
             config["rule_files"] = [str(path) for path in self.rule_files]
         return config
+
+
+class InProcessService:
+    """The app ``trainer-metrics --simulate`` runs, alone, served on a loopback port, against a simulated
+    cluster whose workload generator the test controls: a fleet of one. The only difference from
+    ``app.replica.simulate.embedded_cluster``: the generator is started by the test once the service leads
+    (so its ground truth of "created" and "finished" starts exactly where the service's counters start), and
+    stopped by the test (so the stream can settle before comparing). ``recorder`` sees every /metrics."""
+
+    def __init__(self, *, seed: int, max_jobs: int, populate: int, time_warp: float) -> None:
+        self.recorder = MetricsRequestRecorder()
+        self.fleet = Fleet(
+            seed=seed,
+            slots=1,
+            max_jobs=max_jobs,
+            populate=populate,
+            time_warp=time_warp,
+            # Born at zero for two scrape intervals of the test's Prometheus, as the chart sets it.
+            settings={"zero_hold_seconds": 2.0 * SCRAPE_INTERVAL_SECONDS},
+            identity_prefix="trainer-metrics-e2e-",
+            simulate=True,
+            recorder=self.recorder,
+        )
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def runtime_refs(self) -> list[str]:
+        return self.fleet.runtime_refs
+
+    def start(self) -> None:
+        self.fleet.start()
+        self.fleet.add()
+        assert self.fleet.sockets is not None
+        self.port = self.fleet.sockets.port(0)
+
+    def stop(self) -> None:
+        self.fleet.stop()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the service's event loop (the generator and store are not thread-safe)."""
+        return self.fleet.call(fn)
+
+    def start_generator(self, rate: float, *, lifecycles: bool = False) -> TruthSnapshot:
+        return self.fleet.start_generator(rate, lifecycles=lifecycles)
+
+    def stop_generator(self) -> int:
+        return self.fleet.stop_generator()
+
+    def truth(self) -> TruthSnapshot:
+        return self.fleet.truth()
+
+    def gen(self) -> WorkloadGenerator:
+        return self.fleet._gen()

@@ -1,151 +1,21 @@
-"""Run service replicas against a simulated cluster inside one test, and read their metrics.
-
-Shared by tests/integration and tests/chaos (moved from tests/integration/harness.py)."""
+"""Helpers of the suites that run service replicas in the test's process (tests/support/replica_inprocess.py)
+against a simulated cluster: Trainer manifests and status writes, "the service has caught up with the
+store", and the leadership record of several replicas (taps, the Lease's writes, who exports when)."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
-from app.config import Settings
-from app.main import create_app
 from app.replica.service import Service
+from tests.support.replica_inprocess import Replica, replica
 from tests.support.waiting import eventually
-
-FAST_TIMINGS: dict[str, Any] = {
-    "lease_duration_seconds": 1.5,
-    "renew_deadline_seconds": 1.0,
-    "retry_period_seconds": 0.2,
-    "watch_timeout_min_seconds": 20,
-    "watch_timeout_max_seconds": 30,
-    "watch_inactivity_timeout_seconds": 5.0,
-    # Born at zero for one scraper (the tests' own reads): a new series shows 0 on one served render,
-    # then its values; a count is handed over as seen once a render showed it (app/handover/served.py).
-    "zero_hold_seconds": 0.0,
-}
-
-# For tests that assert leadership never changes on its own (no takeover is part of the scenario): several
-# replicas in one process on two cores kept busy by CPU burners have lagged a renew round past FAST_TIMINGS'
-# 1 s renew deadline; the leader then steps down, as it must, and an unplanned term begins.
-STEADY_TIMINGS: dict[str, Any] = {"lease_duration_seconds": 6.0, "renew_deadline_seconds": 4.0}
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def parse_samples(text: str) -> Samples:
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def total(samples: Samples, name: str, **match: str) -> float:
-    return sum(
-        v
-        for (n, labels), v in samples.items()
-        if n == name and all(dict(labels).get(k) == m for k, m in match.items())
-    )
-
-
-def by_labels(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]:
-    out: dict[tuple[str, ...], float] = {}
-    for (n, labels), v in samples.items():
-        if n == name:
-            d = dict(labels)
-            k = tuple(d.get(key, "") for key in keys)
-            out[k] = out.get(k, 0.0) + v
-    return out
-
-
-@dataclass
-class Replica:
-    service: Service
-    http: httpx.AsyncClient
-
-    @property
-    def identity(self) -> str:
-        return self.service.settings.identity
-
-    async def metrics_text(self) -> str:
-        resp = await self.http.get("/metrics")
-        resp.raise_for_status()
-        return resp.text
-
-    async def samples(self) -> Samples:
-        return parse_samples(await self.metrics_text())
-
-    async def exporting(self) -> bool:
-        return "kubeflow_trainer_" in await self.metrics_text()
-
-    async def ready(self) -> bool:
-        return (await self.http.get("/readyz")).status_code == 200
-
-
-_COUNTED_PREFIX = "kubeflow_trainer_"
-
-
-async def scrape_counts(r: Replica, *, max_renders: int = 5) -> Samples:
-    """``/metrics`` as a scraper sees it once born-at-zero holds are over (app/metrics/series.py).
-
-    A new counter/histogram series shows 0 on its first served render and its real values once
-    ``zero_hold_seconds`` (0 in these tests) have passed since then. Reads until two consecutive renders
-    agree on every Trainer sample (the first read serves the 0 and releases the hold; usually the second
-    and third agree) and returns the last one. Gauges are not held, so for a check about "the first
-    scrape" of a gauge use ``Replica.samples()``.
-    """
-
-    def trainer(s: Samples) -> Samples:
-        return {k: v for k, v in s.items() if k[0].startswith(_COUNTED_PREFIX)}
-
-    prev = await r.samples()
-    for _ in range(max_renders - 1):
-        cur = await r.samples()
-        if trainer(cur) == trainer(prev):
-            return cur
-        prev = cur
-    raise AssertionError(f"/metrics of {r.identity} did not settle in {max_renders} renders")
-
-
-def settings_for(kubeconfig: Path, identity: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "kubeconfig": str(kubeconfig),
-        "identity": identity,
-        "lease_namespace": "default",
-        **FAST_TIMINGS,
-    }
-    values.update(overrides)
-    return Settings(**values)
-
-
-@asynccontextmanager
-async def replica(kubeconfig: Path, identity: str = "replica-a", **overrides: Any) -> AsyncIterator[Replica]:
-    settings = settings_for(kubeconfig, identity, **overrides)
-    service = Service(settings)
-    app = create_app(settings)
-    await service.start()
-    app.state.service = service
-    transport = httpx.ASGITransport(app=app)
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://replica") as http:
-            yield Replica(service, http)
-    finally:
-        await service.stop()
-
-
-# --------------------------------------------------------------------------------------------------------
-# Appended helpers: Trainer manifests, status writes and "the service has caught up with the store"
-# (used by test_invariants.py, test_ground_truth.py and test_endpoints.py).
-# --------------------------------------------------------------------------------------------------------
 
 TRAINER_API_VERSION = "trainer.kubeflow.org/v1alpha1"
 CREATED = "kubeflow_trainer_trainjob_created_total"
@@ -319,10 +189,6 @@ async def wait_leading(r: Replica, *, timeout: float = 20.0) -> None:
 
     await eventually(leading, timeout=timeout, what=f"{r.identity} leading")
 
-
-# --------------------------------------------------------------------------------------------------
-# Leadership helpers (appended for tests/integration/test_leadership.py and test_handover.py)
-# --------------------------------------------------------------------------------------------------
 
 _LEADER_GAUGE = re.compile(r"^trainer_metrics_leader (\S+)$", re.MULTILINE)
 

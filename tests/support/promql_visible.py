@@ -7,7 +7,7 @@ those increments up over every series of every replica, by the labels of the met
 ``pod``/``instance`` differ per replica and term, and are summed over). The tests compare that with the
 simulated cluster's ground truth (sim/kubesim/trainer/truth.py): it is what a user of PromQL can ever get out.
 
-Used by tests/e2e/test_promql_exact.py and, over its whole run, by the chaos soak (tests/chaos/soak.py).
+Used by tests/e2e/test_promql_exact.py and, over its whole run, by the chaos soak (tests/chaos/soak/).
 """
 
 from __future__ import annotations

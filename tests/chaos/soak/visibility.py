@@ -1,0 +1,157 @@
+"""Which countable edges no replica could observe (each replica's span of the TrainJob stream)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.chaos.soak.ledger import ACCEL_COUNT, CREATED, FINISHED, LIFETIME_COUNT, NODES_COUNT, Values
+from tests.chaos.tap import Record
+
+
+@dataclass
+class Span:
+    """What one replica (one instance) could observe of the TrainJob stream, in resourceVersions."""
+
+    identity: str
+    initial_rv: int | None = None  # its initial list: edges at or below it are never counted by it
+    stop_rv: int | None = None  # the rv its informer had reached when it stopped
+    relists: list[tuple[int, int]] = field(default_factory=list)  # (rv held before, list rv)
+    rv_now: Callable[[], int] | None = None  # its informer's rv while it runs
+
+    def hides(self, edge_rv: int, deleted_rv: int | None) -> bool:
+        """True if this replica could not have seen the edge: before its initial list, after it stopped, or
+        the edge and the job's deletion both inside one relist gap (the diff shows neither)."""
+        if self.initial_rv is None or edge_rv <= self.initial_rv:
+            return True
+        if self.stop_rv is not None and edge_rv > self.stop_rv:
+            return True
+        return deleted_rv is not None and any(
+            before < edge_rv and deleted_rv <= listed for before, listed in self.relists
+        )
+
+    def current_rv(self) -> int:
+        if self.stop_rv is not None:
+            return self.stop_rv
+        return self.rv_now() if self.rv_now is not None else 0
+
+    def record(self, record: Record) -> None:
+        """An ``initial`` or ``relist`` record of its TrainJob informer."""
+        if record["k"] == "initial":
+            self.initial_rv = record["rv"]
+        else:
+            self.relists.append((record["before"], record["listed"]))
+
+
+# uid -> [created rv, created series, terminal rv, finished series, deleted rv]
+_Edges = list[Any]
+
+
+class Visibility:
+    """Which countable edges no replica could observe.
+
+    A list+watch client sees a TrainJob's creation or terminal write unless the job is also deleted before
+    the client's next successful list while its watch is down (a relist diff has nothing to show for it).
+    An edge hidden from every replica that ran is not countable by any leader; the report excludes exactly
+    those from the truth, and says how many. Everything is keyed by resourceVersion, not by time."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.edges: dict[str, _Edges] = {}
+        self.dropped_visible = 0
+
+    def attach_truth(self, truth: Any) -> None:
+        created, written, deleted = truth.job_created, truth.job_written, truth.job_deleted
+
+        def job_created(job: Any, *, malformed: bool = False) -> None:
+            created(job, malformed=malformed)
+            meta = job.get("metadata") or {}
+            uid = str(meta.get("uid", ""))
+            req = truth.requests.get(uid)
+            if req is not None:
+                series = [
+                    (CREATED, (req.namespace, req.runtime_ref)),
+                    (NODES_COUNT, (req.runtime_ref,)),
+                    *[(ACCEL_COUNT, (req.runtime_ref,)) for _ in req.accelerators],
+                ]
+                self.edges[uid] = [_int_rv(meta), series, None, None, None]
+
+        def job_written(job: Any) -> None:
+            meta = job.get("metadata") or {}
+            uid = str(meta.get("uid", ""))
+            had = uid in truth.terminal
+            written(job)
+            edges = self.edges.get(uid)
+            fin = truth.terminal.get(uid)
+            if not had and fin is not None and edges is not None:
+                edges[2] = _int_rv(meta)
+                edges[3] = [
+                    (FINISHED, (fin.result, fin.reason, fin.runtime_ref)),
+                    (LIFETIME_COUNT, (fin.result, fin.runtime_ref)),
+                ]
+
+        def job_deleted(uid: str, resource_version: int = 0) -> None:
+            deleted(uid, resource_version)
+            edges = self.edges.get(uid)
+            if edges is not None:
+                edges[4] = resource_version
+
+        truth.job_created, truth.job_written, truth.job_deleted = job_created, job_written, job_deleted
+
+    def span(self, identity: str, rv_now: Callable[[], int]) -> Span:
+        span = Span(identity, rv_now=rv_now)
+        self.spans.append(span)
+        return span
+
+    def stopped(self, span: Span) -> None:
+        span.stop_rv = span.current_rv()
+        span.rv_now = None
+
+    def hidden_from_all(self, edge_rv: int, deleted_rv: int | None) -> bool:
+        return all(span.hides(edge_rv, deleted_rv) for span in self.spans)
+
+    def prune(self) -> None:
+        """Forget deleted jobs whose edges some replica has provably seen (bounded memory)."""
+        for uid in [u for u, e in self.edges.items() if e[4] is not None]:
+            e = self.edges[uid]
+            deleted_rv = e[4]
+            if all(
+                rv is None
+                or any(
+                    not s.hides(rv, deleted_rv) and s.current_rv() >= deleted_rv and s.initial_rv is not None
+                    for s in self.spans
+                )
+                for rv in (e[0], e[2])
+            ):
+                del self.edges[uid]
+                self.dropped_visible += 1
+
+    def unobservable(self, after_rv: int) -> tuple[Values, dict[str, int], list[str]]:
+        """Edges above ``after_rv`` (the truth's start): (series -> count to take off the truth, counts per
+        edge kind, some of the uids)."""
+        out: Values = {}
+        counts = {"created": 0, "finished": 0}
+        uids: list[str] = []
+        for uid, (created_rv, created_series, terminal_rv, finished_series, deleted_rv) in self.edges.items():
+            if deleted_rv is None:
+                continue  # still there at the end: every replica's cache has it
+            for kind, rv, series in (
+                ("created", created_rv, created_series),
+                ("finished", terminal_rv, finished_series),
+            ):
+                if rv is None or series is None or rv <= after_rv or not self.hidden_from_all(rv, deleted_rv):
+                    continue
+                counts[kind] += 1
+                if len(uids) < 50:
+                    uids.append(f"{kind} {uid} rv {rv} deleted at rv {deleted_rv}")
+                for name, key in series:
+                    out.setdefault(name, {})[key] = out.get(name, {}).get(key, 0) + 1
+        return out, counts, uids
+
+
+def _int_rv(meta: dict[str, Any]) -> int:
+    try:
+        return int(meta.get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
