@@ -1,13 +1,18 @@
-"""What Prometheus stored of the run, checked: the increments PromQL sees against the truth, and the
-invariants of every served series per target."""
+"""What Prometheus stored of the run, read once it settled (``read_visible_counts``) and checked: the
+increments PromQL sees against the truth, and the invariants of every served series per target."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import TYPE_CHECKING, Any
+
+import httpx
 
 from tests.chaos.soak.ledger import COUNTERS, MONOTONIC, Values
 from tests.chaos.soak.terms import Term
 from tests.support import promql_visible
+from tests.support.waiting import eventually
 
 if TYPE_CHECKING:
     from tests.chaos.soak.runner import Soak
@@ -90,3 +95,47 @@ def promql_invariants(soak: Soak, terms: list[Term]) -> dict[str, Any]:
 
 def _keyed(table: dict[str, dict[tuple[str, ...], float]]) -> dict[str, dict[str, float]]:
     return {name: {"|".join(key): value for key, value in keys.items()} for name, keys in table.items()}
+
+
+async def read_visible_counts(soak: Soak, leader: str | None, since_wall: float) -> None:
+    """Once the leader's last counts are out of their hold and seen: a scrape after that, then the
+    increments PromQL can see over the whole run (``soak.promql``, compared in ``report``), and every
+    counted series' samples (``soak.raw_series``: the invariants per target)."""
+    prom = soak.prom
+    if prom is None or leader is None:
+        return
+    handle = soak.live[leader]
+    if not await soak.wait_for(handle.counts_seen, 30.0):
+        soak.problems.append("the final leader's counts were not all scraped within 30 s")
+    slot = soak.slot_of[leader]
+    expr = f'timestamp(up{{pod="slot-{slot}"}}) and up{{pod="slot-{slot}"}} == 1'
+    after = time.time()
+
+    def scraped() -> float | None:
+        result = prom.query(expr)
+        stamp = float(result[0]["value"][1]) if result else 0.0
+        return stamp if stamp > after else None
+
+    try:
+        at: float = await eventually(
+            lambda: asyncio.to_thread(scraped), 20.0, interval=0.2, what="a scrape of the final leader"
+        )
+    except AssertionError:
+        soak.problems.append("no scrape of the final leader after the run settled")
+        return
+    seconds = int(at - since_wall) + 10
+
+    def query() -> tuple[dict[str, list[dict[str, Any]]], int]:
+        raw = {name: promql_visible.raw_series(prom, name, at, seconds) for name in MONOTONIC}
+        return raw, len(promql_visible.born_above_zero(prom, at, seconds))
+
+    if prom.http is not None:
+        # Every sample of a long run (about 150,000 a name an hour): more than the client's 10 s.
+        prom.http.timeout = httpx.Timeout(600.0)
+    try:
+        soak.raw_series, born = await asyncio.to_thread(query)
+    except Exception as exc:  # the report must come out of an unattended run
+        soak.problems.append(f"reading the stored series from Prometheus failed: {exc!r}"[:500])
+        return
+    table = promql_visible.increments_of(soak.raw_series, names=tuple(COUNTERS))
+    soak.promql = {"checked": True, "visible": table, "born_above_zero": born, "range_s": seconds}

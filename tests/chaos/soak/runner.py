@@ -19,8 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from app.handover.watermarks import WATERMARK_ANNOTATION
 from app.replica.service import Service
 from kubesim.apiserver.core import LEASES
@@ -31,9 +29,10 @@ from tests.chaos.replicas import InProcessReplica, ProcessReplica, ReplicaHandle
 from tests.chaos.soak import faults, samplers
 from tests.chaos.soak.config import SoakConfig
 from tests.chaos.soak.doubles import DoubleCounts
-from tests.chaos.soak.ledger import COUNTERS, JOBS, LEASE_NAME, MONOTONIC, _key, counter_series
+from tests.chaos.soak.ledger import JOBS, LEASE_NAME, _key, counter_series
 from tests.chaos.soak.logs import ErrorLog, RecordsAsText
 from tests.chaos.soak.own_memory import rss_bytes, trimmed_rss_bytes
+from tests.chaos.soak.promql import read_visible_counts
 from tests.chaos.soak.report import build_report
 from tests.chaos.soak.terms import Recorder
 from tests.chaos.soak.visibility import Span, Visibility
@@ -202,49 +201,6 @@ class Soak:
             (address, {"namespace": "trainer-metrics-soak", "pod": f"slot-{slot}"})
             for slot, address in enumerate(self.slots.addresses)
         ]
-
-    async def visible_counts(self, leader: str | None, since_wall: float) -> None:
-        """Once the leader's last counts are out of their hold and seen: a scrape after that, then the
-        increments PromQL can see over the whole run (``self.promql``, compared in ``report``), and every
-        counted series' samples (``self.raw_series``: the invariants per target)."""
-        prom = self.prom
-        if prom is None or leader is None:
-            return
-        handle = self.live[leader]
-        if not await self.wait_for(handle.counts_seen, 30.0):
-            self.problems.append("the final leader's counts were not all scraped within 30 s")
-        slot = self.slot_of[leader]
-        expr = f'timestamp(up{{pod="slot-{slot}"}}) and up{{pod="slot-{slot}"}} == 1'
-        after = time.time()
-
-        def scraped() -> float | None:
-            result = prom.query(expr)
-            stamp = float(result[0]["value"][1]) if result else 0.0
-            return stamp if stamp > after else None
-
-        try:
-            at: float = await eventually(
-                lambda: asyncio.to_thread(scraped), 20.0, interval=0.2, what="a scrape of the final leader"
-            )
-        except AssertionError:
-            self.problems.append("no scrape of the final leader after the run settled")
-            return
-        seconds = int(at - since_wall) + 10
-
-        def query() -> tuple[dict[str, list[dict[str, Any]]], int]:
-            raw = {name: promql_visible.raw_series(prom, name, at, seconds) for name in MONOTONIC}
-            return raw, len(promql_visible.born_above_zero(prom, at, seconds))
-
-        if prom.http is not None:
-            # Every sample of a long run (about 150,000 a name an hour): more than the client's 10 s.
-            prom.http.timeout = httpx.Timeout(600.0)
-        try:
-            self.raw_series, born = await asyncio.to_thread(query)
-        except Exception as exc:  # the report must come out of an unattended run
-            self.problems.append(f"reading the stored series from Prometheus failed: {exc!r}"[:500])
-            return
-        table = promql_visible.increments_of(self.raw_series, names=tuple(COUNTERS))
-        self.promql = {"checked": True, "visible": table, "born_above_zero": born, "range_s": seconds}
 
     def _check_replica(self, identity: str) -> None:
         problems, dead = self.live[identity].problems()
@@ -492,7 +448,7 @@ class Soak:
         for identity, e in self.live.items():
             s = await scrape(e)
             scraped_leader_flags[identity] = s.get(("trainer_metrics_leader", ()), -1.0)
-        await self.visible_counts(leader, start_wall)
+        await read_visible_counts(self, leader, start_wall)
         stop.set()
         await asyncio.gather(*background[1:], *([scraper] if scraper is not None else []))
         return build_report(
