@@ -13,6 +13,7 @@ from kubernetes_asyncio import client, config
 from kubesim.apiserver.storage.store import Store
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.kinds import TRAINJOBS
+from tests.support.auth_rig import api_server, registry  # noqa: F401 (fixtures of test_authn.py)
 
 
 @pytest.fixture

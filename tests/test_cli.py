@@ -20,7 +20,7 @@ from app.cli import _parser, main, parse_flags
 from app.config import ENV_PREFIX, Settings, load_settings
 from kubesim.trainer.settings import SimSettings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 GIT = shutil.which("git")
 
 # A valid value, not the default, for every setting, as typed on a command line.

@@ -13,8 +13,7 @@ from app.config import Settings
 from app.main import create_app
 from kubesim.apiserver.http.authn import install_auth_routes
 from kubesim.trainer.cluster import SimulatedCluster
-
-from .conftest import ALICE_TOKEN, PROM_TOKEN, SERVICE_TOKEN, bearer, make_registry
+from tests.support.auth_rig import ALICE_TOKEN, PROM_TOKEN, SERVICE_TOKEN, bearer, make_registry
 
 
 async def test_create_app_with_auth_against_simulated_cluster(tmp_path: Path) -> None:

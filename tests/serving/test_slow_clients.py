@@ -46,12 +46,12 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @contextlib.contextmanager
 def attacker(port: int, seconds: float, groups: list[str]) -> Iterator[subprocess.Popen[str]]:
-    """tests/security/attacker.py in a process of its own; yields once its connections are launched."""
+    """tests/serving/attacker.py in a process of its own; yields once its connections are launched."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     needed = sum(int(g.split(":")[1]) for g in groups) + 256
     if hard != resource.RLIM_INFINITY and hard < needed:
         pytest.skip(f"the hard open-file limit ({hard}) is below the {needed} the attacker needs")
-    args = [sys.executable, "-m", "tests.security.attacker", "--port", str(port), "--seconds", str(seconds)]
+    args = [sys.executable, "-m", "tests.serving.attacker", "--port", str(port), "--seconds", str(seconds)]
     for group in groups:
         args += ["--group", group]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)

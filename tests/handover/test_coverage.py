@@ -11,9 +11,8 @@ from __future__ import annotations
 from app.handover.coverage import uncovered_streams
 from app.handover.journal import CountJournal
 from app.trainer.events import CountableEvent
+from tests.metrics.helpers import created
 from tests.support.sinks import RecordingSink
-
-from .helpers import created
 
 
 def _by_namespace(event: CountableEvent) -> str:

@@ -27,8 +27,7 @@ from app.serving.tls import (
     uvicorn_tls_kwargs,
     watch_certificates,
 )
-
-from .conftest import OPENSSL, PROM_TOKEN, CertPair, bearer, make_cert, protected_app
+from tests.support.auth_rig import OPENSSL, PROM_TOKEN, CertPair, bearer, make_cert, protected_app
 
 pytestmark = pytest.mark.skipif(OPENSSL is None, reason="openssl CLI not available")
 

@@ -26,8 +26,7 @@ from fastapi import FastAPI
 from app.api.auth import AuthTelemetry, KubeReviewer, ReviewLimiter
 from app.kube.client import KubeClient
 from kubesim.apiserver.http.authn import TokenRegistry, install_auth_routes
-
-from .conftest import PROM_TOKEN, SERVICE_TOKEN, bearer, connect, make_registry, protected_app
+from tests.support.auth_rig import PROM_TOKEN, SERVICE_TOKEN, bearer, connect, make_registry, protected_app
 
 RATE = 10.0  # reviews a second over all clients (bursts of 10)
 PER_CLIENT = 2.0  # reviews a second per client address

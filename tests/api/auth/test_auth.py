@@ -24,8 +24,7 @@ from app.api.routes import install_routes
 from app.config import Settings
 from app.kube.client import KubeClient
 from kubesim.apiserver.http.authn import TokenRegistry
-
-from .conftest import (
+from tests.support.auth_rig import (
     ALICE_TOKEN,
     OPS_TOKEN,
     PROM_TOKEN,

@@ -13,9 +13,8 @@ import msgspec
 
 from app.handover.journal import CountJournal
 from app.handover.settle import HeldEdgeSettler, counted_before
+from tests.metrics.helpers import Telemetry, created, finished
 from tests.support.sinks import RecordingSink
-
-from .helpers import Telemetry, created, finished
 
 
 def make() -> tuple[CountJournal, RecordingSink, Telemetry, list[int]]:
@@ -39,7 +38,7 @@ def test_a_relisted_edge_across_the_floor_is_held_at_takeover_and_settled() -> N
         ("old", "", 100),
     ]
     # Until settled, the published watermark stays at the floor: an uncertain edge may have happened just
-    # above it, where another replica's watch saw it (test_handover_relisted.py).
+    # above it, where another replica's watch saw it (test_relisted.py).
     assert journal.watermarks == {"": 100}
     journal.on_countable(created(150, uid="later"))
     assert journal.watermarks == {"": 100}

@@ -9,9 +9,8 @@ from hypothesis import strategies as st
 
 from app.handover.journal import CountJournal
 from app.trainer.events import CountableEvent
+from tests.metrics.helpers import Telemetry, created, finished
 from tests.support.sinks import RecordingSink
-
-from .helpers import Telemetry, created, finished
 
 
 def make(size: int = 100) -> tuple[CountJournal, RecordingSink, Telemetry]:

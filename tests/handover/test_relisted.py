@@ -33,12 +33,11 @@ from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.projections import TrainJobProjection
 from app.trainer.projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState
+from tests.metrics.helpers import created
 from tests.support.promql_visible import visible_increase
 from tests.support.sinks import RecordingSink
 from tests.support.waiting import eventually
 from tests.trainer.manifests import runtime
-
-from .helpers import created
 
 HOLD = 2.0  # the zero hold: the scraper scrapes every HOLD seconds
 CREATED_TOTAL = "kubeflow_trainer_trainjob_created_total"

@@ -37,9 +37,8 @@ from app.serving.listeners import GuardedListener
 from app.serving.server import HttpServer
 from app.serving.telemetry import ConnectionTelemetry
 from app.serving.tls import CertificateReloader
+from tests.support.auth_rig import OPENSSL, make_cert
 from tests.support.waiting import eventually
-
-from .conftest import OPENSSL, make_cert
 
 HEADER_TIMEOUT = 1.0
 # How late a deadline may be seen to fire: the guard's sweep period (0.1 s here) plus scheduling on a

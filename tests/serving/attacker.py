@@ -1,7 +1,7 @@
 """Idle and slow-header HTTP clients from many loopback addresses, as a process of its own (so the test
 that measures the server is not slowed down by its own attackers).
 
-    python -m tests.security.attacker --port P --seconds 8 --group idle:1000:2:20 --group slow:800:30:10
+    python -m tests.serving.attacker --port P --seconds 8 --group idle:1000:2:20 --group slow:800:30:10
 
 A group is ``kind:connections:first_host:hosts``: that many connections from 127.0.0.<first_host> onwards,
 spread over ``hosts`` addresses. ``idle`` connections send nothing; ``slow`` ones send a request line and

@@ -5,9 +5,8 @@ from __future__ import annotations
 from app.handover.journal import CountJournal
 from app.handover.watermarks import format_watermarks, parse_watermarks
 from app.trainer.events import CountableEvent, JobFinished
+from tests.metrics.helpers import created
 from tests.support.sinks import RecordingSink
-
-from .helpers import created
 
 
 def _by_namespace(event: CountableEvent) -> str:

@@ -12,7 +12,7 @@ from app.config import ENV_PREFIX, SIM_ENV_PREFIX, Settings, SettingsError, load
 from app.trainer.rules import DEFAULT_ACCELERATOR_PATTERNS
 from kubesim.trainer.settings import SimSettings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"  # the full table; the README has the common settings
 

@@ -22,8 +22,7 @@ from kubesim.apiserver.http.authn import (
     non_resource_url_matches,
 )
 from kubesim.trainer.cluster import SimulatedCluster
-
-from .conftest import (
+from tests.support.auth_rig import (
     ALICE_TOKEN,
     OPS_TOKEN,
     PROM_TOKEN,

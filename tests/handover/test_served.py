@@ -16,8 +16,7 @@ from app.handover.served import ServedLedger
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.serving.graceful import HandOverOnExit
 from app.trainer.events import CountableEvent
-
-from .helpers import created, finished
+from tests.metrics.helpers import created, finished
 
 HOLD = 10.0
 

@@ -1,5 +1,6 @@
-"""Fixtures for the security suite: a tiny API server with only the review routes, a KubeClient on it,
-the service's real routes behind BearerAuth (stub state), and self-signed certificates from openssl."""
+"""The auth and TLS tests' rig (fixtures, imported by their conftest.py): a tiny API server with only the
+review routes, a KubeClient on it, the service's real routes behind BearerAuth (stub state), and self-signed
+certificates from openssl."""
 
 from __future__ import annotations
 
