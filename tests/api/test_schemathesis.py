@@ -1,5 +1,5 @@
-"""schemathesis against the checked-in openapi/openapi.json, on a LIVE server: a real uvicorn on
-127.0.0.1:<free port> running the app in simulate mode (embedded SimulatedCluster plus workload
+"""schemathesis against the checked-in openapi/openapi.json, on a LIVE server: the exporter process on
+127.0.0.1:<free port> in simulate mode (embedded SimulatedCluster plus workload
 generator, so /debug/terminal has entries to page through), leader election off.
 
 For every documented operation, positive and negative cases: no 5xx, every response conforms to its
@@ -9,16 +9,12 @@ parameters are rejected with 4xx and a JSON body.
 
 from __future__ import annotations
 
-import functools
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,10 +23,8 @@ schemathesis = pytest.importorskip("schemathesis")
 from schemathesis import GenerationMode  # noqa: E402
 from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
 
-from app.config import Settings  # noqa: E402
-from app.main import create_app  # noqa: E402
-from app.replica.simulate import embedded_cluster  # noqa: E402
-from kubesim.trainer.settings import SimSettings  # noqa: E402
+from tests.support.replica_process import ReplicaProcess, running  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 OPENAPI = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 PAGE_MAX = 50  # terminal_page_max of the server under test
@@ -48,55 +42,31 @@ CASES = [(label, GenerationMode.POSITIVE) for label in LABELS] + [
 ]
 
 
-class LiveServer:
-    def __init__(self) -> None:
-        app_settings = Settings(
-            simulate=True,
-            leader_election=False,
-            terminal_page_max=PAGE_MAX,
-            host="127.0.0.1",
-            port=0,
-        )
-        workload = SimSettings(jobs=40, rate=20.0, seed=11)
-        app = create_app(app_settings, cluster=functools.partial(embedded_cluster, sim_settings=workload))
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="on"
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
-        self.url = ""
-
-    def start(self) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert self.thread.is_alive(), "uvicorn exited during startup"
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        # Ready (informers synced, exporting), and some TrainJobs have finished: /debug/terminal has pages.
-        while time.monotonic() < deadline:
-            ready = httpx.get(self.url + "/readyz").status_code == 200
-            total = httpx.get(self.url + "/debug/terminal", params={"limit": 1}).json().get("total", 0)
-            if ready and total >= 3:
-                return
-            time.sleep(0.1)
-        raise AssertionError("live server did not become ready with terminal entries")
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
+# The app in simulate mode, as the CLI runs it (tests/support/replica_process.py), no probe listener.
+LIVE_SETTINGS: dict[str, Any] = {
+    "simulate": True,
+    "leader_election": False,
+    "terminal_page_max": PAGE_MAX,
+    "host": "127.0.0.1",
+    "port": 0,
+    "probe_port": None,
+    "sim_jobs": 40,
+    "sim_rate": 20.0,
+    "sim_seed": 11,
+}
 
 
 @pytest.fixture(scope="module")
-def live() -> Iterator[LiveServer]:
-    server = LiveServer()
-    try:
-        server.start()
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaProcess]:
+    log = tmp_path_factory.mktemp("schemathesis") / "exporter.log"
+    with running(log, LIVE_SETTINGS) as server:
+        # Ready (informers synced, exporting), and some TrainJobs have finished: /debug/terminal has pages.
+        def terminal_entries() -> bool:
+            total = httpx.get(server.url + "/debug/terminal", params={"limit": 1}).json().get("total", 0)
+            return bool(total >= 3)
+
+        wait_for(terminal_entries, timeout=30, what="terminal entries on the live server")
         yield server
-    finally:
-        server.stop()
 
 
 def _over_page_max(case: Any) -> bool:
@@ -109,7 +79,7 @@ def _operation(label: str) -> Any:
 
 
 @pytest.mark.parametrize(("label", "mode"), CASES, ids=[f"{label}-{mode.value}" for label, mode in CASES])
-def test_operation_conforms_to_the_schema(live: LiveServer, label: str, mode: Any) -> None:
+def test_operation_conforms_to_the_schema(live: ReplicaProcess, label: str, mode: Any) -> None:
     op = _operation(label)
 
     @settings(
@@ -159,7 +129,7 @@ BAD_QUERIES: list[dict[str, str]] = [
 
 
 @pytest.mark.parametrize("query", BAD_QUERIES, ids=lambda q: "&".join(f"{k}={v[:12]}" for k, v in q.items()))
-def test_bad_query_parameters_get_4xx_with_a_json_body(live: LiveServer, query: dict[str, str]) -> None:
+def test_bad_query_parameters_get_4xx_with_a_json_body(live: ReplicaProcess, query: dict[str, str]) -> None:
     resp = httpx.get(live.url + "/debug/terminal", params=query)
     assert 400 <= resp.status_code < 500, resp.text
     assert resp.headers["content-type"].startswith("application/json")
@@ -173,7 +143,7 @@ def test_bad_query_parameters_get_4xx_with_a_json_body(live: LiveServer, query: 
 
 @settings(max_examples=30, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(limit=st.integers(1, PAGE_MAX))
-def test_terminal_pages_walk_without_errors(live: LiveServer, limit: int) -> None:
+def test_terminal_pages_walk_without_errors(live: ReplicaProcess, limit: int) -> None:
     token: str | None = None
     for _ in range(3):
         params: dict[str, Any] = {"limit": limit}
