@@ -4,9 +4,9 @@
 
 The service runs as ``trainer-metrics --simulate`` builds it (``create_app`` with the embedded simulated
 cluster: 200 TrainJobs, half of them in the initial list, the generator at 5 steps/s, the defaults), in this
-process so that the generator can be stopped: after ``--seconds`` of workload it stops, the service's
-``/metrics`` is read once everything it counted is shown (``counted at /metrics``), and Prometheus is
-queried at a scrape taken after that read:
+process (tests/support/fleet.py, a fleet of one) so that the generator can be stopped: after ``--seconds``
+of workload it stops, the service's ``/metrics`` is read once everything it counted is shown (``counted at
+/metrics``), and Prometheus is queried at a scrape taken after that read:
 
 * ``sum(increase(<counter>[10m]))`` over the run, for ``trainjob_created_total``, ``trainjob_finished_total``
   and ``trainjob_lifetime_seconds_count``;
@@ -31,22 +31,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Future
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import uvicorn
 import yaml
 
 from app.config import Settings
-from app.main import create_app
 from bench.common import listening_ports
-from kubesim.trainer.cluster import SimulatedCluster
-from kubesim.trainer.generator import WorkloadGenerator
 
 T = TypeVar("T")
 
@@ -59,115 +53,72 @@ JOB = "trainer-metrics"
 
 
 class Service:
-    """The service and its simulated cluster on an event loop in a background thread."""
+    """The service alone with its simulated cluster, on an event loop in a background thread (a fleet of
+    one, tests/support/fleet.py), recording when each created series' first TrainJob was made."""
 
     def __init__(self, *, seed: int, jobs: int, zero_hold: float | None) -> None:
-        self.seed, self.jobs, self.zero_hold = seed, jobs, zero_hold
+        from tests.support.fleet import Fleet
+
+        settings = {}
+        if zero_hold is not None and "zero_hold_seconds" in Settings.model_fields:
+            settings["zero_hold_seconds"] = zero_hold
+        self.fleet = Fleet(
+            seed=seed,
+            slots=1,
+            max_jobs=jobs,
+            populate=jobs // 2,
+            settings=settings,
+            identity_prefix="promql-visibility-",
+            simulate=True,
+        )
         self.port = 0
-        self.generator: WorkloadGenerator | None = None
         self.first_created: dict[tuple[str, str], float] = {}  # (namespace, runtime_ref) -> wall time
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
         self._gen_stop: asyncio.Event | None = None
         self._gen_task: asyncio.Task[int] | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
-        if not self._ready.wait(60):
-            raise RuntimeError("the service did not start")
+        self.fleet.start()
+        self.fleet.call(self._record_first_created)
+        self.fleet.add()
+        assert self.fleet.sockets is not None
+        self.port = self.fleet.sockets.port(0)
 
-    def call(self, fn: Callable[[], T]) -> T:
-        assert self._loop is not None
+    def _record_first_created(self) -> None:
+        gen = self.fleet._gen()
+        created = gen.truth.job_created
 
-        async def run() -> T:
-            return fn()
+        def job_created(job: Any, *, malformed: bool = False) -> None:
+            created(job, malformed=malformed)
+            meta = job.get("metadata") or {}
+            request = gen.truth.requests.get(str(meta.get("uid", "")))
+            if request is not None:
+                key = (request.namespace, request.runtime_ref)
+                self.first_created.setdefault(key, time.time())
 
-        future: Future[T] = asyncio.run_coroutine_threadsafe(run(), self._loop)
-        return future.result(30)
+        gen.truth.job_created = job_created  # type: ignore[method-assign]
 
     def start_generator(self, rate: float) -> None:
-        def go() -> None:
-            assert self.generator is not None
+        async def go() -> None:
             # From here on, the first creation in a label set is the first count of a new series (the
             # jobs made before are the service's initial list: never counted).
             self.first_created.clear()
             self._gen_stop = asyncio.Event()
-            self._gen_task = asyncio.create_task(self.generator.run(rate, self._gen_stop))
+            self._gen_task = asyncio.create_task(self.fleet._gen().run(rate, self._gen_stop))
 
-        self.call(go)
+        self.fleet.run(go, timeout=30)
 
     def stop_generator(self) -> None:
-        assert self._loop is not None and self._gen_stop is not None and self._gen_task is not None
         gen_stop, gen_task = self._gen_stop, self._gen_task
+        assert gen_stop is not None and gen_task is not None
 
         async def halt() -> None:
             gen_stop.set()
             await gen_task
 
-        asyncio.run_coroutine_threadsafe(halt(), self._loop).result(30)
+        self.fleet.run(halt, timeout=30)
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(60)
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-
-        @contextlib.asynccontextmanager
-        async def cluster(settings: Settings) -> AsyncIterator[str]:
-            # app.replica.simulate.embedded_cluster, with the generator started and stopped by this script.
-            with tempfile.TemporaryDirectory(prefix="promql-visibility-") as tmp:
-                async with SimulatedCluster(host="127.0.0.1", port=0) as sim:
-                    kubeconfig = sim.write_kubeconfig(Path(tmp) / "kubeconfig")
-                    gen = self.generator = WorkloadGenerator(sim.store, seed=self.seed, max_jobs=self.jobs)
-                    gen.load_runtimes()
-                    gen.populate(self.jobs // 2)
-                    created = gen.truth.job_created
-
-                    def job_created(job: Any, *, malformed: bool = False) -> None:
-                        created(job, malformed=malformed)
-                        meta = job.get("metadata") or {}
-                        request = gen.truth.requests.get(str(meta.get("uid", "")))
-                        if request is not None:
-                            key = (request.namespace, request.runtime_ref)
-                            self.first_created.setdefault(key, time.time())
-
-                    gen.truth.job_created = job_created  # type: ignore[method-assign]
-                    try:
-                        yield str(kubeconfig)
-                    finally:
-                        if self._gen_stop is not None and self._gen_task is not None:
-                            self._gen_stop.set()
-                            await self._gen_task
-
-        values: dict[str, Any] = {
-            "host": "127.0.0.1",
-            "port": 0,
-            "simulate": True,
-            "identity": "promql-visibility-0",
-            "lease_namespace": "default",
-        }
-        if self.zero_hold is not None and "zero_hold_seconds" in Settings.model_fields:
-            values["zero_hold_seconds"] = self.zero_hold
-        app = create_app(Settings(**values), cluster=cluster)
-        server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False)
-        )
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            if serving.done():
-                serving.result()
-                raise RuntimeError("uvicorn exited during start-up")
-            await asyncio.sleep(0.05)
-        self.port = int(server.servers[0].sockets[0].getsockname()[1])
-        self._ready.set()
-        await self._stop.wait()
-        server.should_exit = True
-        await serving
+        self.fleet.stop()
 
 
 class Prometheus:

@@ -31,7 +31,7 @@ from kubesim.apiserver.core import LEASES
 from kubesim.apiserver.status import StoreError
 from kubesim.apiserver.storage.table import WatchEvent
 from kubesim.trainer.cluster import SimulatedCluster
-from kubesim.trainer.generator import WorkloadGenerator
+from kubesim.trainer.generator import DEFAULT_TIME_WARP, WorkloadGenerator
 from kubesim.trainer.kinds import TRAINJOBS
 from kubesim.trainer.truth_records import TruthSnapshot
 from tests.support.metrics_requests import MetricsRequestRecorder
@@ -266,14 +266,13 @@ class Fleet:
         async with SimulatedCluster(host="127.0.0.1", port=0) as sim:
             self.sim = sim
             self.kubeconfig = sim.write_kubeconfig(Path(self._tmp.name) / "kubeconfig")
-            warp = {} if self.time_warp is None else {"time_warp": self.time_warp}
             self.generator = WorkloadGenerator(
                 sim.store,
                 seed=self.seed,
                 namespaces=self.namespaces,
                 max_jobs=self.max_jobs,
                 min_delete_age=self.min_delete_age,
-                **warp,
+                time_warp=DEFAULT_TIME_WARP if self.time_warp is None else self.time_warp,
             )
             sim.store.subscribe(self._on_store_event)
             self.runtime_refs = self.generator.load_runtimes()
