@@ -31,6 +31,7 @@ from .chart import CHART_DIR, ROOT, RenderFn, load_yaml
 from .test_monitoring import (
     ALERTS_FILE,
     PROMETHEUS_RULE_SCHEMA,
+    RECORDED_SERIES,
     RUNBOOK_TOKEN,
     RUNBOOKS,
     SELECTOR_TOKEN,
@@ -719,6 +720,16 @@ def test_the_promtool_cases_check_every_recording_and_alert() -> None:
         <= checked
     )
     assert {alert for case in cases for _, alert, _ in case.alerts} == set(GPU_ALERTS)
+    # The labels test_monitoring.py knows the recordings by are the ones they have.
+    seen: dict[str, set[str]] = {}
+    for case in cases:
+        for _, expr, expected in case.samples:
+            for labels, _ in expected:
+                if expr in RECORDED_SERIES:
+                    seen.setdefault(expr, set()).update(set(labels) - {"cluster"})
+    for name, labels in seen.items():
+        assert labels == RECORDED_SERIES[name], name
+    assert set(RECORDED_SERIES) == records
 
 
 def test_gpu_selectors_joins_and_aggregations_carry_the_literals_the_chart_rewrites() -> None:
