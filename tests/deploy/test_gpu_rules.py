@@ -17,6 +17,7 @@ dcgm-exporter's names, from NVIDIA/dcgm-exporter (main, d5e5f51; release 4.5.3-4
 from __future__ import annotations
 
 import copy
+import json
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -30,12 +31,14 @@ import yaml
 from .chart import CHART_DIR, ROOT, RenderFn, load_yaml
 from .test_monitoring import (
     ALERTS_FILE,
+    DASHBOARD_FILE,
     PROMETHEUS_RULE_SCHEMA,
     RECORDED_SERIES,
     RUNBOOK_TOKEN,
     RUNBOOKS,
     SELECTOR_TOKEN,
     alert_rules,
+    all_panels,
     github_anchors,
     matchers,
     promtool,
@@ -145,6 +148,11 @@ class Cluster:
         self.series.append(
             _series("kubeflow_trainer_trainjob_status_trainer_updated_timestamp_seconds", labels, values)
         )
+
+    def job_gauge(
+        self, metric: str, trainjob: str, values: str, *, ns: str = "team-a", replica: str = "a"
+    ) -> None:
+        self.series.append(_series(metric, self._job_series(replica, ns, trainjob), values))
 
     def dcgm(
         self,
@@ -942,3 +950,67 @@ def test_disabled_alerts_can_name_the_gpu_alerts(render: RenderFn) -> None:
     ]
     assert all(r["labels"]["team"] == "ml" for r in rules if "alert" in r)
     assert all("labels" not in r for r in rules if "record" in r)
+
+
+def test_dashboard_gpu_row_queries_answer(tmp_path: Path) -> None:
+    """Each query of the dashboard's GPU row, its variables at All and a 30-minute time range, on a busy job
+    (team-a) and one whose two GPUs idle or report nothing (team-b): the numbers the panels show."""
+    c = Cluster("exported")
+    c.pod_info("train", "train-node-0-0-aaaaa", f"1x{UNTIL}")
+    c.pod_info("train", "train-node-0-1-bbbbb", f"1x{UNTIL}")
+    c.allocated("train", f"2x{UNTIL}")
+    c.gpu(
+        "train-node-0-0-aaaaa", "GPU-a0", engine=f"0.75x{UNTIL}", used=f"1024x{UNTIL}", free=f"3072x{UNTIL}"
+    )
+    c.gpu(
+        "train-node-0-1-bbbbb", "GPU-b0", engine=f"0.25x{UNTIL}", used=f"3072x{UNTIL}", free=f"1024x{UNTIL}"
+    )
+    c.job_gauge("kubeflow_trainer_trainjob_status_progress_percent", "train", f"40x{UNTIL}")
+    c.job_gauge("kubeflow_trainer_trainjob_status_estimated_remaining_seconds", "train", f"600x{UNTIL}")
+    c.job_gauge("kubeflow_trainer_trainjob_restarts", "train", f"1x{UNTIL}")
+    c.pod_info("idle", "idle-node-0-0-ccccc", f"1x{UNTIL}", ns="team-b", runtime=R2)
+    c.allocated("idle", f"2x{UNTIL}", ns="team-b")
+    c.gpu(
+        "idle-node-0-0-ccccc",
+        "GPU-c0",
+        ns="team-b",
+        util=f"0x{UNTIL}",
+        used=f"0x{UNTIL}",
+        free=f"4096x{UNTIL}",
+    )
+    n = samples_in_range(30)
+    train, idle = _job("team-a", "train"), _job("team-b", "idle")
+    wanted: dict[tuple[str, str], list[Sample]] = {
+        ("GPU efficiency (busy ÷ held GPU-hours)", "A"): [({}, 0.25)],
+        ("Idle GPU-hours", "A"): [({}, 3 * n / 60)],
+        ("Cluster GPU efficiency (busy ÷ held GPUs)", "A"): [({}, 0.25)],
+        ("Cluster GPU efficiency (busy ÷ held GPUs)", "B"): [({}, 4)],
+        ("Cluster GPU efficiency (busy ÷ held GPUs)", "C"): [({}, 1)],
+        ("Idle GPU-hours by namespace and runtime_ref", "A"): [
+            ({"namespace": "team-a", "runtime_ref": R1}, n / 60),
+            ({"namespace": "team-b", "runtime_ref": R2}, 2 * n / 60),
+        ],
+        ("Top TrainJobs by idle GPUs", "A"): [(train, 1), (idle, 2)],
+    }
+    table = "TrainJobs holding GPUs: held, reporting, busy, memory, progress, ETA, restarts"
+    for ref, expected in {
+        "A": [(train, 2), (idle, 2)],
+        "B": [(train, 2), (idle, 1)],
+        "C": [(train, 0.5), (idle, 0)],
+        "D": [(train, 0.5), (idle, 0)],
+        "E": [(train, 40)],
+        "F": [(train, 600)],
+        "G": [(train, 1)],
+    }.items():
+        wanted[(table, ref)] = expected
+    variables = {"cluster": ".*", "job": "trainer-metrics", "namespace": ".*", "runtime_ref": ".*"}
+    dashboard = json.loads(DASHBOARD_FILE.read_text())
+    (row,) = [p for p in dashboard["panels"] if p["type"] == "row" and "GPU" in p["title"]]
+    samples = []
+    for panel in all_panels(row):
+        for target in panel.get("targets", []):
+            expr = target["expr"].replace("$__range", "30m")
+            expr = re.sub(r"\$(\w+)", lambda m: variables[m[1]], expr)
+            samples.append(("60m", expr, wanted.pop((panel["title"], target["refId"]))))
+    assert not wanted, f"no such panel queries: {sorted(wanted)}"
+    run_cases(gpu_rules(), [Case("dashboard", c.series, samples=samples)], tmp_path)
