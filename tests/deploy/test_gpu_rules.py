@@ -981,11 +981,11 @@ def test_dashboard_gpu_row_queries_answer(tmp_path: Path) -> None:
     n = samples_in_range(30)
     train, idle = _job("team-a", "train"), _job("team-b", "idle")
     wanted: dict[tuple[str, str], list[Sample]] = {
-        ("GPU efficiency (busy ÷ held GPU-hours)", "A"): [({}, 0.25)],
+        ("GPU efficiency (busy / held GPU-hours)", "A"): [({}, 0.25)],
         ("Idle GPU-hours", "A"): [({}, 3 * n / 60)],
-        ("Cluster GPU efficiency (busy ÷ held GPUs)", "A"): [({}, 0.25)],
-        ("Cluster GPU efficiency (busy ÷ held GPUs)", "B"): [({}, 4)],
-        ("Cluster GPU efficiency (busy ÷ held GPUs)", "C"): [({}, 1)],
+        ("Cluster GPU efficiency (busy / held GPUs)", "A"): [({}, 0.25)],
+        ("Cluster GPU efficiency (busy / held GPUs)", "B"): [({}, 4)],
+        ("Cluster GPU efficiency (busy / held GPUs)", "C"): [({}, 1)],
         ("Idle GPU-hours by namespace and runtime_ref", "A"): [
             ({"namespace": "team-a", "runtime_ref": R1}, n / 60),
             ({"namespace": "team-b", "runtime_ref": R2}, 2 * n / 60),

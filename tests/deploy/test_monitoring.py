@@ -1241,7 +1241,7 @@ HOUR_WINDOW_PANELS = {
 
 # GPU-hours over the dashboard's time range (docs/gpu.md, Dashboard, lists these panels).
 TIME_RANGE_PANELS = {
-    "GPU efficiency (busy ÷ held GPU-hours)",
+    "GPU efficiency (busy / held GPU-hours)",
     "Idle GPU-hours",
     "Idle GPU-hours by namespace and runtime_ref",
 }
@@ -1282,8 +1282,8 @@ def test_dashboard_gpu_row() -> None:
     assert row["collapsed"] is True and "prometheusRule.gpu.enabled" in row["title"]
     titles = {p["title"]: p for p in row["panels"]}
     assert {
-        "GPU efficiency (busy ÷ held GPU-hours)",
-        "Cluster GPU efficiency (busy ÷ held GPUs)",
+        "GPU efficiency (busy / held GPU-hours)",
+        "Cluster GPU efficiency (busy / held GPUs)",
         "Idle GPU-hours by namespace and runtime_ref",
         "Top TrainJobs by idle GPUs",
     } <= titles.keys()
