@@ -361,8 +361,13 @@ def test_election_off_with_one_replica_skips_lease_checks(render: RenderFn) -> N
     render({"replicaCount": 1, "leaderElection": {"enabled": False, "leaseDurationSeconds": 1}})
 
 
-def test_disabled_alerts_enum_lists_the_alerts_file() -> None:
-    rules = load_yaml(CHART_DIR / "files" / "alerts.yaml")
-    names = [r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r]
+def test_disabled_alerts_enum_lists_the_alerts_files() -> None:
+    names = [
+        r["alert"]
+        for file in ("alerts.yaml", "gpu.yaml")
+        for g in load_yaml(CHART_DIR / "files" / file)["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    ]
     enum = SCHEMA["properties"]["prometheusRule"]["properties"]["disabledAlerts"]["items"]["enum"]
     assert enum == names
