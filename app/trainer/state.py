@@ -16,9 +16,20 @@ It holds the runtime snapshot, the TrainJob gauge (app/trainer/refs.py) and the 
   (preempted, pods lost) is not observed again. A job that reaches a terminal state without ever being
   seen running (failed before its pods were ready, or created, run and finished within one watch gap)
   is not observed: when it started is unknown.
-- admitted (admission wait): the first observed Suspended=False/Resumed condition per uid, on a job not
-  terminal and never seen running (a re-admission after a preemption is not an admission wait). The
-  initial-list rule is the same: a job already resumed in it is not observed.
+- admitted (admission wait): the first observed move of a job out of ``suspended`` into pending or running,
+  per uid, on a job never seen running and never seen leaving ``suspended`` before (a re-admission after a
+  preemption is not an admission wait), at most once. Every order of writes that admits a queued job ends
+  that way (docs/metrics.md, "Admission"): Kueue unsuspends the job (kubernetes-sigs/kueue v0.19.2
+  ``pkg/controller/jobs/trainjob`` RunWithPodSetsInfo, then Unsuspend), and the job stays ``suspended``
+  while the controller's Suspended condition is True, until the controller answers with
+  Suspended=False/Resumed (kubeflow/trainer v2.3.0 setSuspendedCondition): the wait is that condition's
+  lastTransitionTime minus creationTimestamp. When Kueue unsuspended the job before the controller ever
+  wrote a Suspended condition (a burst the controller's queue had not reached, a controller restart), the
+  controller writes none at all (setSuspendedCondition changes nothing when spec.suspend is false and no
+  condition is True), and no object records the admission: the wait is this exporter's wall clock when it
+  saw the job leave ``suspended``, minus creationTimestamp, an upper bound late by the watch latency. A job
+  created not suspended never waited for admission. The initial-list rule is the same: a job not suspended
+  in it is not observed; one suspended in it is, when it is admitted.
 
   No table is kept for these two: a job's projection says whether it runs / is resumed now. Only the
   jobs that ran (or were resumed) and are not running (resumed) now are remembered (app/trainer/history.py),
@@ -79,6 +90,7 @@ from app.trainer.terminal import TerminalEntry, TerminalSet
 log = logging.getLogger(__name__)
 
 _RUNNING: Final = rules.RUNNING
+_SUSPENDED: Final = rules.SUSPENDED
 
 
 def _gauge_key(job: TrainJobProjection) -> GaugeKey:
@@ -318,10 +330,13 @@ class TrainerState:
         self._count_later(job, self._events.started(job, startup, self._relist_since))
 
     def _count_admitted(self, job: TrainJobProjection) -> None:
-        wait = rules.seconds_since_creation(job.created, job.resumed_time)
+        """The admission of ``job``, seen leaving ``suspended``: timed by the controller's Resumed condition
+        when it wrote one, else by this exporter's clock (no object records it: see the module docstring)."""
+        at = job.resumed_time if job.flags & RESUMED else self._wall_clock()
+        wait = rules.seconds_since_creation(job.created, at)
         if wait is None:
             return  # a timestamp is missing or unparsable (malformed, logged)
-        self._count_later(job, self._events.admitted(job, wait, self._relist_since))
+        self._count_later(job, self._events.admitted(job, wait, self._relist_since, at))
 
     def _count_later(self, job: TrainJobProjection, event: CountableEvent) -> None:
         """An edge after created: it waits behind a created edge still waiting for its runtime."""
@@ -333,45 +348,46 @@ class TrainerState:
 
     def _first_edges(self, job: TrainJobProjection, tomb: int) -> None:
         """Admitted and started edges of a not-terminal job first seen after the initial list (``tomb``: its
-        tombstone bits when it is a deleted uid seen again, else 0)."""
+        tombstone bits when it is a deleted uid seen again, else 0). One first seen out of ``suspended`` with
+        a Resumed condition was created suspended and admitted before it was seen; one without was either
+        never queued or admitted before the controller wrote any condition: not observable."""
         uid = job.uid_key
         flags = job.flags
         history = self._history
         ran = bool(tomb & TOMB_RAN) or history.ran_before(uid)
-        if flags & RESUMED:
-            if not ran and not tomb & TOMB_ADMITTED and not history.admitted_before(uid):
+        state = STATE_BY_FLAGS[flags & 7]
+        if state != _SUSPENDED:
+            if flags & RESUMED and not ran and not tomb & TOMB_ADMITTED and not history.admitted_before(uid):
                 self._count_admitted(job)
             history.resumed_again(uid)
         elif tomb & TOMB_ADMITTED:
             history.suspended_again(uid)
-        if STATE_BY_FLAGS[flags & 7] == _RUNNING:
+        if state == _RUNNING:
             if not ran:
                 self._count_started(job)
             history.running_again(uid)
         elif ran:
             history.left_running(uid)
 
-    def _later_edges(self, old_state: str, new: TrainJobProjection, resumed_changed: bool) -> None:
-        """Admitted and started edges of an update of a not-terminal job (state or Resumed changed)."""
+    def _later_edges(self, old_state: str, new: TrainJobProjection) -> None:
+        """Admitted and started edges of an update of a not-terminal job whose state changed."""
         uid = new.uid_key
         if uid in self._terminal:
             return  # it was terminal: every edge before that is behind us
         new_state = new.state
         history = self._history
-        if resumed_changed:
-            if not new.flags & RESUMED:
-                history.suspended_again(uid)  # suspended again (preempted): its next Resumed is no admission
-            elif history.admitted_before(uid):
-                history.resumed_again(uid)
-            elif old_state != _RUNNING and not history.ran_before(uid):
+        if new_state == _SUSPENDED:
+            history.suspended_again(uid)  # suspended again (preempted): leaving it is no admission
+        elif old_state == _SUSPENDED:
+            if not history.admitted_before(uid) and not history.ran_before(uid):
                 self._count_admitted(new)
-        if old_state != new_state:
-            if new_state == _RUNNING:
-                if not history.ran_before(uid):
-                    self._count_started(new)
-                history.running_again(uid)  # its projection says it ran while it runs
-            elif old_state == _RUNNING:
-                history.left_running(uid)
+            history.resumed_again(uid)
+        if new_state == _RUNNING:
+            if not history.ran_before(uid):
+                self._count_started(new)
+            history.running_again(uid)  # its projection says it ran while it runs
+        elif old_state == _RUNNING:
+            history.left_running(uid)
 
     def _count_finished(self, job: TrainJobProjection) -> None:
         entry = self._pending.get(job.uid_key)
@@ -443,8 +459,8 @@ class TrainerState:
                 self._history.terminal(uid)  # the terminal set guards it from now on
                 if not old.result:  # the edge; an unrecorded old terminal state was never an edge we saw
                     self._count_finished(new)
-        elif old_state != new_state or (old_flags ^ new_flags) & RESUMED:
-            self._later_edges(old_state, new, bool((old_flags ^ new_flags) & RESUMED))
+        elif old_state != new_state:
+            self._later_edges(old_state, new)
 
     def _job_deleted(self, last: TrainJobProjection) -> None:
         self._maybe_flush()
@@ -456,7 +472,7 @@ class TrainerState:
             uid,
             terminal=self._terminal.pop(uid, None) is not None,
             running=last.state == _RUNNING,
-            resumed=bool(last.flags & RESUMED),
+            resumed=last.state != _SUSPENDED,
         )
         self._malformed_logged.discard(uid)
 
