@@ -42,7 +42,9 @@ def test_every_shape_and_no_rule_broken() -> None:
     # All but the rarest (a deadline, a preemption and a second admission, all before the job ends), which
     # the scenarios reach on purpose (below).
     assert [shape for shape in SHAPES if not census.shapes[shape]] in ([], [DEADLINE_AFTER_READMISSION])
-    assert dict(gen.truth.jobs) == recount_jobs(store.list(TRAINJOBS, None)[0], gen.truth.runtimes)
+    assert dict(gen.truth.jobs) == recount_jobs(
+        store.list(TRAINJOBS, None)[0], gen.truth.runtimes, gen.truth.training
+    )
     reasons = Counter({reason: n for (_, reason, _), n in gen.snapshot().finished.items()})
     assert "TrainingRuntimeNotSupported" not in reasons
     assert {"none", "FailedJobs", "DeadlineExceeded", "FailJobSetFailurePolicyAction"} <= set(reasons)
