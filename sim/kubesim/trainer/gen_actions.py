@@ -169,24 +169,22 @@ class JobActions(MultiKueueEvents):
         elif job is not None and job.jobset is not None and jobset.pass_due(job.jobset):
             self._settle(rec)
         else:
-            self.admit(rec)
+            self.admit(rec, controller_down=self.rng.random() < CONTROLLER_DOWN_RATIO)
 
-    def admit(self, rec: JobRecord, *, controller_down: bool | None = None) -> None:
+    def admit(self, rec: JobRecord, *, controller_down: bool = False) -> None:
         """Kueue admits a queued job (kueue.admission_patches); the controller answers Suspended=False/Resumed
         and resumes the JobSet, and the deadline counts from then.
 
         Kueue does not wait for the Trainer controller: it builds the job's PodSets from the runtime itself
         (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobs/trainjob trainjob_controller.go getChildJobSet), so
         it admits a job the controller is behind on (``rec.controller_behind``: created in a burst), or while
-        the controller is down (``controller_down``; None draws it, CONTROLLER_DOWN_RATIO). The controller
+        the controller is down (``controller_down``; queued() draws it, CONTROLLER_DOWN_RATIO). The controller
         answers at controller_catches_up(): Resumed at that time over a Suspended=True condition, and no
         Suspended condition at all for a job it never saw suspended (kubeflow/trainer v2.3.0
         setSuspendedCondition)."""
         job = rec.job
         if job is None or not job.suspend or controller.finished(job.conditions):
             return
-        if controller_down is None:
-            controller_down = self.rng.random() < CONTROLLER_DOWN_RATIO
         self._kueue_start(rec)
         if rec.slot < 0:
             return
