@@ -30,6 +30,7 @@ from app.trainer.projections import (
     RuntimeProjection,
     TrainJobProjection,
     compact_rv,
+    compact_uid,
     same_but_version,
     same_uid_text,
 )
@@ -131,6 +132,7 @@ def _json_replicated_jobs(replicated: object) -> Iterable[ReplicatedJobParts]:
 
 _NO_RUNTIMES: Final[Mapping[str, RuntimeProjection]] = MappingProxyType({})
 _STEPS: Final = rules.STEP_SETS
+_NO_STEPS: Final[Mapping[bytes | str, int]] = MappingProxyType({})
 
 
 class TrainJobProjector:
@@ -150,10 +152,12 @@ class TrainJobProjector:
 
     ``runtimes``: the runtimes by ref label, live (``TrainerState.runtimes_by_ref``): a job is running when a
     child Job of its training step is ready (rules.training_ready). The step is resolved from the job's
-    runtime the first time the runtime is known, then kept in the projection and carried from each
-    projection of the job to the next (projection_build.resolve_step): a runtime edited or deleted later
-    does not change it, as it does not change what the controller runs. Without ``runtimes`` every job is
-    read by the controller's naming (rules.FALLBACK_TRAINING_JOBS).
+    runtime the first time the runtime is known, then kept in the projection and carried from each projection
+    of the job to the next (projection_build.resolve_step): a runtime edited or deleted later does not change
+    it, as it does not change what the controller runs. Without ``runtimes`` every job is read by the
+    controller's naming (rules.FALLBACK_TRAINING_JOBS). ``steps``: training steps by uid key read from the
+    Lease (``TrainerState.inherited_steps``, app/trainer/snapshots.py), which resolve a job before its runtime
+    does: the step another replica resolved before the runtime changed.
     """
 
     wire_type: type = TrainJobWire
@@ -163,10 +167,12 @@ class TrainJobProjector:
         self,
         *,
         runtimes: Mapping[str, RuntimeProjection] | None = None,
+        steps: Mapping[bytes | str, int] | None = None,
         trainer_status: bool = False,
         max_trainer_metrics: int = DEFAULT_MAX_TRAINER_METRICS,
     ) -> None:
         self.runtimes: Mapping[str, RuntimeProjection] = _NO_RUNTIMES if runtimes is None else runtimes
+        self.steps: Mapping[bytes | str, int] = _NO_STEPS if steps is None else steps
         self.trainer_status = trainer_status
         self.max_trainer_metrics = max(0, max_trainer_metrics)
         if trainer_status:
@@ -244,7 +250,8 @@ class TrainJobProjector:
         flags = previous.flags
         step = flags >> STEP_SHIFT
         if not step:  # not resolved yet: its runtime may have arrived since (projection_build.resolve_step)
-            runtime = self.runtimes.get(previous.runtime_ref)
+            step = self.steps.get(uid, 0) if self.steps else 0
+            runtime = self.runtimes.get(previous.runtime_ref) if not step else None
             if runtime is not None:
                 step = rules.step_id(runtime.training_jobs)
         ready = False
@@ -282,6 +289,8 @@ class TrainJobProjector:
                 return updated
             if same_uid_text(previous.uid_key, wire.metadata.uid):
                 step = previous.step  # the same job: resolved once (a new uid is a new job)
+        if not step and self.steps:
+            step = self.steps.get(compact_uid(wire.metadata.uid), 0)
         w: TrainJobWire = wire
         meta = w.metadata
         spec = w.spec
@@ -375,6 +384,7 @@ class TrainJobProjector:
             runtimes=self.runtimes,
             malformed=malformed,
             progress=progress,
+            step=self.steps.get(compact_uid(uid), 0) if self.steps else 0,
         )
 
 

@@ -85,6 +85,7 @@ from app.trainer.projections import (
     uid_text,
 )
 from app.trainer.refs import RuntimeRefs
+from app.trainer.snapshots import StepSnapshots
 from app.trainer.terminal import TerminalEntry, TerminalSet
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,8 @@ class TrainerState:
         self._history = EdgeHistory(max_tombstones=max_tombstones)
 
         self._pending = PendingCreated()
+        # training steps of jobs whose runtime changed since they were resolved, for the Lease
+        self._snapshots = StepSnapshots(self._refs.by_ref)
 
         self._malformed_logged = LoggedOnce()  # uid keys (jobs) and uids (runtimes)
         self._inventory = RuntimeInventory(self._malformed_logged)
@@ -250,10 +253,32 @@ class TrainerState:
 
     def forget_inherited_except(self, present_uids: Iterable[bytes | str]) -> int:
         """Drop inherited facts of jobs absent from the synced caches (``present_uids``: uid keys)."""
-        wanted = self._history.inherited_keys()
+        wanted = self._history.inherited_keys() | self._snapshots.inherited.keys()
         if not wanted:
             return 0
-        return self._history.forget_inherited_except({u for u in present_uids if u in wanted})
+        present = {u for u in present_uids if u in wanted}
+        return self._history.forget_inherited_except(present) + self._snapshots.forget_inherited_except(
+            present
+        )
+
+    @property
+    def inherited_steps(self) -> Mapping[bytes | str, int]:
+        """Training steps read from the Lease, by uid key (rules.STEP_SETS ids), live: the TrainJob projector
+        resolves a job it has not resolved yet from them first (``TrainJobProjector(steps=...)``)."""
+        return self._snapshots.inherited
+
+    def watch_jobs(self, jobs: Callable[[], Iterable[TrainJobProjection]]) -> None:
+        """The cached TrainJobs (app/trainer/snapshots.py reads them once per runtime change)."""
+        self._snapshots.watch_jobs(jobs)
+
+    def published_snapshots(self) -> dict[str, frozenset[str]]:
+        """uid -> training step of the jobs whose runtime changed since they were resolved, for the Lease
+        (app/handover/history.py)."""
+        return {uid_text(u): step for u, step in self._snapshots.published().items()}
+
+    def inherit_snapshots(self, steps: Mapping[str, frozenset[str]]) -> int:
+        """Merge training steps another replica published; returns how many were new to this replica."""
+        return self._snapshots.inherit(steps, compact_uid)
 
     @property
     def terminal_count(self) -> int:
@@ -468,6 +493,7 @@ class TrainerState:
         if uid in self._pending:
             self._emit_pending(self._pending.take(uid))  # it was created; count it with what we know now
         self._refs.remove(_gauge_key(last))
+        self._snapshots.job_deleted(uid)
         self._history.deleted(
             uid,
             terminal=self._terminal.pop(uid, None) is not None,
@@ -499,11 +525,13 @@ class TrainerState:
             self._refs.runtime_known(new)
             for entry in self._pending.take_for(ref):
                 self._emit_pending(entry)
+        self._snapshots.runtimes_changed()
         self.flush_pending()
         self._gauge_sink.on_runtimes_changed()
 
     def _runtime_deleted(self, last: RuntimeProjection) -> None:
         self._inventory.delete(last)
         self._refs.runtime_gone(last.ref)
+        self._snapshots.runtimes_changed()
         self.flush_pending()
         self._gauge_sink.on_runtimes_changed()
