@@ -79,6 +79,7 @@ from app.trainer.projections import (
     MALFORMED,
     RESUMED,
     STATE_BY_FLAGS,
+    STEP_SHIFT,
     RuntimeProjection,
     TrainJobProjection,
     compact_uid,
@@ -92,6 +93,7 @@ log = logging.getLogger(__name__)
 
 _RUNNING: Final = rules.RUNNING
 _SUSPENDED: Final = rules.SUSPENDED
+_RESOLVED: Final = 1 << STEP_SHIFT  # flags at or above: a training step resolved (projections.STEP_SHIFT)
 
 
 def _gauge_key(job: TrainJobProjection) -> GaugeKey:
@@ -192,6 +194,8 @@ class TrainerState:
         self._history = EdgeHistory(max_tombstones=max_tombstones)
 
         self._pending = PendingCreated()
+        # initial-list jobs read before their runtime was known: their first resolved reading is no edge
+        self._guessed: set[bytes | str] = set()
         # training steps of jobs whose runtime changed since they were resolved, for the Lease
         self._snapshots = StepSnapshots(self._refs.by_ref)
 
@@ -434,6 +438,8 @@ class TrainerState:
             # (resumed), it started (was admitted) before we looked: its projection keeps that known.
             if job.result and uid not in self._terminal:
                 self._terminal.record(job, self._wall_clock())
+            elif job.flags < _RESOLVED and job.runtime_ref != rules.UNKNOWN:
+                self._guessed.add(uid)  # running or not, by the controller's naming until resolved
             return
         tomb = self._history.pop_tombstone(uid)
         seen = tomb is not None or uid in self._terminal or uid in self._pending
@@ -478,6 +484,10 @@ class TrainerState:
             else:
                 self._refs.remove(old_key)
                 self._refs.add(new_key)
+        guessed = False
+        if self._guessed and new_flags >= _RESOLVED and uid in self._guessed:
+            self._guessed.discard(uid)
+            guessed = old_flags < _RESOLVED
         if new.result:
             if uid not in self._terminal:
                 self._terminal.record(new, self._wall_clock())
@@ -485,6 +495,11 @@ class TrainerState:
                 if not old.result:  # the edge; an unrecorded old terminal state was never an edge we saw
                     self._count_finished(new)
         elif old_state != new_state:
+            if guessed and _SUSPENDED not in (old_state, new_state):
+                # In the initial list before its runtime (a start-up whose runtime list came after the
+                # TrainJob list), it was read by the controller's naming, a guess: resolved only now, this
+                # is its first reading, as if it were the initial list's, not an edge.
+                return
             self._later_edges(old_state, new)
 
     def _job_deleted(self, last: TrainJobProjection) -> None:
@@ -494,6 +509,7 @@ class TrainerState:
             self._emit_pending(self._pending.take(uid))  # it was created; count it with what we know now
         self._refs.remove(_gauge_key(last))
         self._snapshots.job_deleted(uid)
+        self._guessed.discard(uid)
         self._history.deleted(
             uid,
             terminal=self._terminal.pop(uid, None) is not None,

@@ -26,7 +26,7 @@ from app.trainer.projections import RuntimeProjection, TrainJobProjection
 from app.trainer.projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TrainJobProjector
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
-from tests.trainer.manifests import Clock, G, runtime_doc
+from tests.trainer.manifests import Clock, G, runtime, runtime_doc
 from tests.trainer.test_training_step import Wall, job_obj, rj
 
 CUSTOM = f"{G}/ClusterTrainingRuntime//custom-steps"
@@ -120,3 +120,31 @@ def test_a_runtime_that_arrives_later_resolves_the_jobs_waiting_for_it() -> None
     assert [e.startup_seconds for e in sink.events if isinstance(e, JobStarted)] == [90.0]
     state.runtime_handler.on_updated(custom_runtime("trainer"), custom_runtime("worker", rv="2"))
     assert status_write(projector, later, RUNNING, 12).state == "running"
+
+
+def test_a_job_listed_before_its_runtime_is_first_read_when_resolved() -> None:
+    """A replica's first TrainJob list can come before its runtime list: an MPI job whose ``node`` workers
+    are ready reads running by the controller's naming (``node``, ``launcher``) until its runtime is known.
+    Resolved at its next event it is pending (its launcher is not ready), which is its first reading, not a
+    job that left running: its run, when the launcher is ready, is observed. Before: taken for a job that
+    ran before the replica looked, and never observed."""
+    sink, wall = RecordingSink(), Wall()
+    state = TrainerState(sink, clock=Clock(), wall_clock=wall)
+    projector = TrainJobProjector(runtimes=state.runtimes_by_ref)
+
+    def mpi(jobs: list[dict[str, Any]], rv: int, previous: TrainJobProjection | None) -> TrainJobProjection:
+        line = msgspec.json.encode(job_obj("deepspeed-distributed", jobs, rv=rv))
+        return projector.from_wire(msgspec.json.decode(line, type=projector.wire_type), previous)
+
+    workers = [rj("node", ready=1, active=1), rj("launcher")]
+    listed = mpi(workers, 10, None)
+    assert listed.state == "running" and listed.step == 0  # a guess: its runtime is not known yet
+    state.job_handler.on_added(listed, True)
+    state.runtime_handler.on_added(runtime("deepspeed-distributed"), True)
+    resolved = mpi([*workers[:1], rj("launcher", active=1)], 11, listed)
+    state.job_handler.on_updated(listed, resolved)
+    assert resolved.state == "pending"
+    wall.now += 60.0
+    running = mpi([rj("node", ready=1, active=1), rj("launcher", ready=1, active=1)], 12, resolved)
+    state.job_handler.on_updated(resolved, running)
+    assert [e.startup_seconds for e in sink.events if isinstance(e, JobStarted)] == [120.0]
