@@ -57,8 +57,6 @@ from app.trainer.state import TrainerState
 log = logging.getLogger(__name__)
 
 _HOUSEKEEPING_INTERVAL = 1.0
-# How long the TrainJob lists wait for the runtime lists (see _after_runtime_lists).
-_RUNTIME_LIST_WAIT = 5.0
 
 
 class Service:
@@ -167,10 +165,7 @@ class Service:
             await self.lease_payload.read(leases, s.lease_namespace, s.lease_name)
         self.informers = self._build_informers(self.client)
         for informer in self.informers:
-            jobs = informer in self._trainjob_informers
-            self._spawn(
-                self._after_runtime_lists(informer) if jobs else informer.run(), f"informer {informer.name}"
-            )
+            self._spawn(informer.run(), f"informer {informer.name}")
         self._spawn(self._housekeeping(), "housekeeping")
         if self._owns_process and s.heap_trim_interval_seconds > 0:
             trim = load_malloc_trim()
@@ -239,18 +234,6 @@ class Service:
             *(informer(TRAINING_RUNTIMES, ns, TRAINING_RUNTIME_PROJECTOR, runtimes) for ns in scopes),
             *self._trainjob_informers,
         ]
-
-    async def _after_runtime_lists(self, informer: Informer[Any]) -> None:
-        """Run a TrainJob informer once the runtime informers have listed (at most _RUNTIME_LIST_WAIT): a job
-        listed before its runtime is read by the controller's naming until its runtime is known
-        (app/trainer/projection_build.py resolve_step), which reads an MPI job whose workers are ready as
-        running."""
-        runtimes = [i for i in self.informers if i not in self._trainjob_informers]
-        deadline = asyncio.get_running_loop().time() + _RUNTIME_LIST_WAIT
-        # Informers expose a flag, not an event (as _lead_when_synced polls them).
-        while not all(i.synced for i in runtimes) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-        await informer.run()
 
     def _spawn(self, coro: Any, what: str) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro, name=what)
