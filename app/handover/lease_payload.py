@@ -1,6 +1,7 @@
 """LeasePayload: everything a replica writes into the Lease besides the election record, and what it does
-with what it reads there (docs/leadership.md): the served hand-over watermarks
-(app/handover/watermarks.py) and the jobs that ran, or were admitted, before (app/handover/history.py).
+with what it reads there (docs/leadership.md): the served hand-over watermarks (app/handover/watermarks.py),
+the jobs that ran, or were admitted, before, and the training steps of jobs whose runtime changed since
+(app/handover/history.py).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from app.handover.candidacy import read_record
-from app.handover.history import format_history, parse_history
+from app.handover.history import format_history, format_training_steps, parse_history, parse_training_steps
 from app.handover.watermarks import LeaseWatermarks
 from app.kube.lease import KubeLeaseClient, LeaseRecord
 from app.trainer.state import TrainerState
@@ -38,6 +39,7 @@ class LeasePayload:
         return {
             **self._watermarks.annotations(served),
             **format_history(ran, admitted, on_limit=self._on_limit),
+            **format_training_steps(self._state.published_snapshots(), on_limit=self._on_limit),
         }
 
     def observe(self, record: LeaseRecord) -> None:
@@ -47,6 +49,9 @@ class LeasePayload:
         ran, admitted = parse_history(record.annotations)
         if ran or admitted:
             self._state.inherit_history(ran, admitted)
+        steps = parse_training_steps(record.annotations)
+        if steps:
+            self._state.inherit_snapshots(steps)
 
     async def read(self, leases: KubeLeaseClient, namespace: str, name: str) -> None:
         """Read the Lease once before the first list: a job preempted now must be known to have run

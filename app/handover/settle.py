@@ -19,7 +19,7 @@ from app.kube.exact_list import list_at
 from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
 from app.trainer.kinds import TRAINJOBS
 from app.trainer.projectors import TRAINJOB_PROJECTOR, TrainJobProjector
-from app.trainer.rules import RUNNING
+from app.trainer.rules import RUNNING, SUSPENDED
 
 __all__ = [
     "AT_FLOOR_RESUMED",
@@ -80,7 +80,8 @@ async def terminal_at(
             out[job.uid] = (
                 (AT_FLOOR_TERMINAL if job.result else 0)
                 | (AT_FLOOR_RUNNING if job.state == RUNNING else 0)
-                | (AT_FLOOR_RESUMED if job.resumed else 0)
+                # admitted: out of suspended (app/trainer/state.py), or Resumed and preempted since
+                | (AT_FLOOR_RESUMED if job.resumed or job.state != SUSPENDED else 0)
             )
     return out
 

@@ -236,7 +236,7 @@ class Ingest(Generic[T]):
                     updated = None if previous is None else self._from_status(wire, previous)  # type: ignore[misc]
                     if updated is None:  # new, or its spec may have changed: the whole object
                         wire = decode_deep(self._full, line).object
-                        updated = self._from_wire(wire)
+                        updated = self._from_wire(wire, previous)
                     obj = updated
             except Exception:
                 self._process_line_tolerant(line)

@@ -124,10 +124,12 @@ class Service:
         # (app/trainer/wire.py).
         self.trainjob_projector = TrainJobProjector(
             runtimes=self.state.runtimes_by_ref,
+            steps=self.state.inherited_steps,
             trainer_status=self.per_job is not None,
             max_trainer_metrics=settings.per_trainjob_max_trainer_metrics,
         )
         self.settler.projector = self.trainjob_projector
+        self.state.watch_jobs(lambda: (job for i in self._trainjob_informers for _, job in i.items()))
         self.lease_payload = LeasePayload(
             self.lease_watermarks, self.state, on_limit=self.telemetry.limit_hit
         )

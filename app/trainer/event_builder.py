@@ -108,7 +108,7 @@ class EventBuilder:
             at=job.created + startup if job.created is not None else None,
         )
 
-    def admitted(self, job: TrainJobProjection, wait: float, since: int) -> JobAdmitted:
+    def admitted(self, job: TrainJobProjection, wait: float, since: int, at: float | None) -> JobAdmitted:
         return JobAdmitted(
             rv=rv_int(job.rv),
             uid=job.uid,
@@ -117,7 +117,7 @@ class EventBuilder:
             namespace=job.namespace_label,
             since=since,
             key=job.key,
-            at=job.resumed_time,
+            at=at,
         )
 
     def created(self, job: TrainJobProjection, since: int) -> JobCreated:

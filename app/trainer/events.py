@@ -96,9 +96,11 @@ class JobStarted(msgspec.Struct, frozen=True, gc=False):
 
 
 class JobAdmitted(msgspec.Struct, frozen=True, gc=False):
-    """A TrainJob's first observed Suspended=False/Resumed condition, before it was ever seen running: a
-    queue (Kueue) admitted a job created suspended. ``wait_seconds``: the condition's lastTransitionTime minus
-    creationTimestamp (both written by the cluster, so exact to the second), once per uid."""
+    """A TrainJob created suspended first seen leaving ``suspended``, before it was ever seen running: a queue
+    (Kueue) admitted it. ``wait_seconds``: the Suspended=False/Resumed condition's lastTransitionTime minus
+    creationTimestamp (both written by the cluster, so exact to the second) when the controller wrote one,
+    else this exporter's wall clock when it saw the job leave ``suspended`` minus creationTimestamp (an upper
+    bound: app/trainer/state.py); once per uid."""
 
     rv: int
     uid: str
@@ -106,7 +108,7 @@ class JobAdmitted(msgspec.Struct, frozen=True, gc=False):
     wait_seconds: float
     namespace: str = ""  # not a label: the watch stream the edge came from (hand-over)
     since: int = 0  # see the module docstring
-    key: str = ""  # as JobCreated's; ``at``: the Suspended=False/Resumed condition's lastTransitionTime
+    key: str = ""  # as JobCreated's; ``at``: when it was admitted (creationTimestamp + wait_seconds)
     at: float | None = None
 
 

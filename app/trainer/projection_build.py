@@ -17,6 +17,7 @@ from app.trainer.projections import (
     MALFORMED,
     READY,
     RESUMED,
+    STEP_SHIFT,
     SUSPEND,
     SUSPENDED_CONDITION,
     JobExtra,
@@ -25,6 +26,7 @@ from app.trainer.projections import (
     TrainJobProjection,
     compact_rv,
     compact_uid,
+    shared_flags,
 )
 from app.trainer.wire import Condition
 
@@ -34,8 +36,8 @@ __all__ = [
     "build_runtime",
     "job_with_status",
     "object_key",
+    "resolve_step",
     "runtime_trainer",
-    "training_jobs_of",
 ]
 
 
@@ -71,9 +73,10 @@ def job_with_status(  # noqa: PLR0917 - positional: keyword passing costs ~75 ns
     progress: TrainerProgress | None = None,
 ) -> TrainJobProjection:
     """The projection of a job whose spec part is known (``flags``: its SUSPEND, BAD_NAMESPACE and
-    MALFORMED bits), with the status part derived from ``conditions``, ``ready`` and ``progress`` (the
-    trainerStatus, None unless the per-TrainJob series are on). An incremental update (nearly every watch
-    event) comes straight here with the cached projection's spec part.
+    MALFORMED bits, and its training step's id above STEP_SHIFT), with the status part derived from
+    ``conditions``, ``ready`` and ``progress`` (the trainerStatus, None unless the per-TrainJob series are
+    on). An incremental update (nearly every watch event) comes straight here with the cached projection's
+    spec part.
     """
     result, reason, terminal_time = "", "", None
     extra = None
@@ -98,6 +101,8 @@ def job_with_status(  # noqa: PLR0917 - positional: keyword passing costs ~75 ns
         flags |= READY
     if progress is not None and extra is None:
         extra = JobExtra(None, progress)
+    if flags > 256:
+        flags = shared_flags(flags)
     return TrainJobProjection(
         key,
         uid,
@@ -116,20 +121,22 @@ def job_with_status(  # noqa: PLR0917 - positional: keyword passing costs ~75 ns
     )
 
 
-def training_jobs_of(runtimes: Mapping[str, RuntimeProjection], runtime_ref: str) -> frozenset[str]:
-    """The training-step job names of the runtime ``runtime_ref`` names (``runtimes``: by ref label), or,
-    when it is not known (not listed yet, deleted, or a reference to nothing), the controller's naming
-    (rules.FALLBACK_TRAINING_JOBS: ``node`` and ``launcher``, never an initializer).
+def resolve_step(runtimes: Mapping[str, RuntimeProjection], runtime_ref: str, step: int) -> int:
+    """The id of a job's training step (rules.STEP_SETS): ``step``, the one it was resolved with, once it
+    was; else that of the runtime ``runtime_ref`` names (``runtimes``: by ref label) now; else 0, not
+    resolved (the runtime not listed yet, deleted before the job was seen, or a reference to nothing),
+    which reads by the controller's naming (rules.FALLBACK_TRAINING_JOBS: ``node`` and ``launcher``).
 
-    The answer is taken when a projection is made and kept in it (its READY bit): a runtime that arrives or
-    changes later applies from the job's next event. The controller itself pins the runtime a job runs at its
-    first reconcile (kubeflow/trainer v2.3.0 ``pkg/runtime/core/trainingruntime.go`` NewObjects reads the
-    ``<trainjob>-runtime-snapshot`` ConfigMap before the live runtime), and a JobSet's replicated jobs are
-    immutable (kubernetes-sigs/jobset v0.12.0 ``pkg/webhooks/jobset_webhook.go`` ValidateUpdate), so a job's
-    child Job names are those of its runtime as it was when the job started.
-    """
+    Resolved once, as the controller does: at a TrainJob's first reconcile it copies the runtime into the
+    ``<trainjob>-runtime-snapshot`` ConfigMap and builds from that copy ever after (kubeflow/trainer v2.3.0
+    ``pkg/runtime/core/snapshot.go``; ``trainingruntime.go`` and ``clustertrainingruntime.go`` NewObjects read
+    the snapshot before the live runtime), while the runtime itself may be edited or deleted under the job
+    (``pkg/webhooks/trainingruntime_webhook.go`` ValidateUpdate accepts any edit; no finalizer). A job whose
+    runtime was not known is resolved at its first event after the runtime arrives."""
+    if step:
+        return step
     runtime = runtimes.get(runtime_ref)
-    return runtime.training_jobs if runtime is not None else rules.FALLBACK_TRAINING_JOBS
+    return rules.step_id(runtime.training_jobs) if runtime is not None else 0
 
 
 def _reason(reason: str) -> str:
@@ -160,12 +167,14 @@ def build_job(
     runtimes: Mapping[str, RuntimeProjection],
     malformed: bool,
     progress: TrainerProgress | None = None,
+    step: int = 0,
 ) -> TrainJobProjection:
     """A TrainJob's projection from its fields as found (of any JSON type): an unusable value takes
     its default and sets MALFORMED, as does ``malformed`` (the caller's own findings).
 
     ``jobs_status``: (name, ready) of each ``status.jobsStatus`` entry; the job is running when one of its
-    runtime's training-step jobs is ready, its runtime looked up in ``runtimes`` (``training_jobs_of``)."""
+    training-step jobs is ready: ``step``, the step it was resolved with (its previous projection's), or
+    else its runtime's as ``runtimes`` has it now (``resolve_step``)."""
     created = rules.parse_time(creation_timestamp)
     if created is None:
         malformed = True  # every stored object has a creationTimestamp
@@ -183,7 +192,8 @@ def build_job(
     runtime_ref = rules.runtime_ref_label(group, kind, rname, namespace)
     if runtime_ref == rules.UNKNOWN:
         malformed = True  # not a Trainer runtime: the webhook would have refused it
-    ready = rules.training_ready(jobs_status, training_jobs_of(runtimes, runtime_ref))
+    step = resolve_step(runtimes, runtime_ref, step)
+    ready = rules.training_ready(jobs_status, rules.STEP_SETS[step])
     rv = resource_version if isinstance(resource_version, str) else ""
     namespace = sys.intern(namespace)
     bad_namespace = not rules.is_dns_label(namespace)  # a real API server only sends DNS labels
@@ -191,6 +201,7 @@ def build_job(
         (SUSPEND if suspend is True else 0)
         | (BAD_NAMESPACE if bad_namespace else 0)
         | (MALFORMED if malformed or bad_namespace else 0)
+        | step << STEP_SHIFT
     )
     return job_with_status(
         object_key(namespace, name),

@@ -31,6 +31,21 @@ READY: Final = 4
 MALFORMED: Final = 8  # some field was unusable and a default was taken instead
 BAD_NAMESPACE: Final = 16  # metadata.namespace is not a DNS-1123 label: labels say "unknown" instead
 RESUMED: Final = 32  # the Suspended condition is False with reason Resumed (admitted; rules.job_conditions)
+# The bits above these: the id of the job's training step (rules.step_id), resolved once from its runtime as
+# it was when the job was first projected with the runtime known (the controller's runtime snapshot), 0 while
+# not resolved. Kept in the flags: a field more would cost 16 B per job (the allocation class above).
+STEP_SHIFT: Final = 6
+LOW_FLAGS: Final = (1 << STEP_SHIFT) - 1
+_FLAG_VALUES: dict[int, int] = {}
+
+
+def shared_flags(flags: int) -> int:
+    """One int object per flags value: values above 256 (a step id set) are not cached by CPython, and one
+    per projection would cost 28 B each."""
+    if flags <= 256:
+        return flags
+    return _FLAG_VALUES.setdefault(flags, flags)
+
 
 # rules.job_state(result="", ...) by flags & (SUSPEND | SUSPENDED_CONDITION | READY), built from the
 # rule itself: the per-event paths look the state up instead of calling it.
@@ -117,7 +132,7 @@ class _TrainJobFields(msgspec.Struct, frozen=True, gc=False):
     result: str  # "" while not terminal, else "succeeded" | "failed" (Failed True beats Complete True)
     reason: str  # raw reason of the terminal condition (interned, capped), "" when not terminal
     terminal_time: float | None  # lastTransitionTime of the terminal condition
-    flags: int = 0  # SUSPEND | SUSPENDED_CONDITION | READY | MALFORMED | BAD_NAMESPACE
+    flags: int = 0  # SUSPEND | SUSPENDED_CONDITION | READY | MALFORMED | BAD_NAMESPACE | RESUMED | step id
     # metadata.generation (bumped by the API server on every spec change; None when absent): the spec
     # part of the projection is reused from the cached one while (uid, generation) are unchanged.
     generation: int | None = None
@@ -188,6 +203,11 @@ class TrainJobProjection(_TrainJobFields, frozen=True, gc=False):
     @property
     def terminal(self) -> bool:
         return bool(self.result)
+
+    @property
+    def step(self) -> int:
+        """The id of the training step the job was resolved with (rules.STEP_SETS), 0 while not resolved."""
+        return self.flags >> STEP_SHIFT
 
     @property
     def resumed(self) -> bool:

@@ -24,11 +24,13 @@ from app.trainer.progress import DEFAULT_MAX_TRAINER_METRICS, TrainerProgress, j
 from app.trainer.projection_build import build_job, build_runtime, job_with_status, object_key
 from app.trainer.projections import (
     MALFORMED,
+    STEP_SHIFT,
     SUSPEND,
     ReplicatedJobParts,
     RuntimeProjection,
     TrainJobProjection,
     compact_rv,
+    compact_uid,
     same_but_version,
     same_uid_text,
 )
@@ -129,7 +131,8 @@ def _json_replicated_jobs(replicated: object) -> Iterable[ReplicatedJobParts]:
 # --- projectors --------------------------------------------------------------------------------
 
 _NO_RUNTIMES: Final[Mapping[str, RuntimeProjection]] = MappingProxyType({})
-_FALLBACK: Final = rules.FALLBACK_TRAINING_JOBS
+_STEPS: Final = rules.STEP_SETS
+_NO_STEPS: Final[Mapping[bytes | str, int]] = MappingProxyType({})
 
 
 class TrainJobProjector:
@@ -148,9 +151,13 @@ class TrainJobProjector:
     it unread.
 
     ``runtimes``: the runtimes by ref label, live (``TrainerState.runtimes_by_ref``): a job is running when a
-    child Job of its runtime's training step is ready (rules.training_ready), decided when it is projected
-    (projection_build.training_jobs_of). Without it every job is read by the controller's naming
-    (rules.FALLBACK_TRAINING_JOBS), which is right for every built-in runtime.
+    child Job of its training step is ready (rules.training_ready). The step is resolved from the job's
+    runtime the first time the runtime is known, then kept in the projection and carried from each projection
+    of the job to the next (projection_build.resolve_step): a runtime edited or deleted later does not change
+    it, as it does not change what the controller runs. Without ``runtimes`` every job is read by the
+    controller's naming (rules.FALLBACK_TRAINING_JOBS). ``steps``: training steps by uid key read from the
+    Lease (``TrainerState.inherited_steps``, app/trainer/snapshots.py), which resolve a job before its runtime
+    does: the step another replica resolved before the runtime changed.
     """
 
     wire_type: type = TrainJobWire
@@ -160,10 +167,12 @@ class TrainJobProjector:
         self,
         *,
         runtimes: Mapping[str, RuntimeProjection] | None = None,
+        steps: Mapping[bytes | str, int] | None = None,
         trainer_status: bool = False,
         max_trainer_metrics: int = DEFAULT_MAX_TRAINER_METRICS,
     ) -> None:
         self.runtimes: Mapping[str, RuntimeProjection] = _NO_RUNTIMES if runtimes is None else runtimes
+        self.steps: Mapping[bytes | str, int] = _NO_STEPS if steps is None else steps
         self.trainer_status = trainer_status
         self.max_trainer_metrics = max(0, max_trainer_metrics)
         if trainer_status:
@@ -236,9 +245,15 @@ class TrainJobProjector:
         if not same_uid_text(uid, meta.uid):
             return None
         conditions, jobs, progress = self._wire_status(wire.status)
-        # rules.training_ready over the typed entries, inlined for the same reason (with
-        # projection_build.training_jobs_of): no pairs built, and the runtime looked up only once an entry is
-        # ready (never for a job whose pods all wait).
+        # rules.training_ready over the typed entries, inlined for the same reason: no pairs built, and the
+        # step looked up only once an entry is ready (never for a job whose pods all wait).
+        flags = previous.flags
+        step = flags >> STEP_SHIFT
+        if not step:  # not resolved yet: its runtime may have arrived since (projection_build.resolve_step)
+            step = self.steps.get(uid, 0) if self.steps else 0
+            runtime = self.runtimes.get(previous.runtime_ref) if not step else None
+            if runtime is not None:
+                step = rules.step_id(runtime.training_jobs)
         ready = False
         if jobs:
             training: frozenset[str] | None = None
@@ -246,8 +261,7 @@ class TrainJobProjector:
                 count = j.ready
                 if count is not None and count > 0:
                     if training is None:
-                        runtime = self.runtimes.get(previous.runtime_ref)
-                        training = _FALLBACK if runtime is None else runtime.training_jobs
+                        training = _STEPS[step]
                     if j.name in training:
                         ready = True
                         break
@@ -261,17 +275,22 @@ class TrainJobProjector:
             previous.num_nodes,
             previous.resources,
             generation,
-            previous.flags & SUSPEND,  # spec.suspend, part of the unchanged spec
+            (flags & SUSPEND) | step << STEP_SHIFT,  # spec.suspend, part of the unchanged spec; the step
             conditions,
             ready,
             progress,
         )
 
     def from_wire(self, wire: Any, previous: TrainJobProjection | None = None) -> TrainJobProjection:
+        step = 0
         if previous is not None:
             updated = self.from_status_wire(wire, previous)
             if updated is not None:
                 return updated
+            if same_uid_text(previous.uid_key, wire.metadata.uid):
+                step = previous.step  # the same job: resolved once (a new uid is a new job)
+        if not step and self.steps:
+            step = self.steps.get(compact_uid(wire.metadata.uid), 0)
         w: TrainJobWire = wire
         meta = w.metadata
         spec = w.spec
@@ -297,6 +316,7 @@ class TrainJobProjector:
             runtimes=self.runtimes,
             malformed=False,  # name and uid are non-empty (wire.JobMeta)
             progress=progress,
+            step=step,
         )
 
     def from_json(self, obj: Any) -> TrainJobProjection | None:
@@ -364,6 +384,7 @@ class TrainJobProjector:
             runtimes=self.runtimes,
             malformed=malformed,
             progress=progress,
+            step=self.steps.get(compact_uid(uid), 0) if self.steps else 0,
         )
 
 

@@ -16,9 +16,20 @@ It holds the runtime snapshot, the TrainJob gauge (app/trainer/refs.py) and the 
   (preempted, pods lost) is not observed again. A job that reaches a terminal state without ever being
   seen running (failed before its pods were ready, or created, run and finished within one watch gap)
   is not observed: when it started is unknown.
-- admitted (admission wait): the first observed Suspended=False/Resumed condition per uid, on a job not
-  terminal and never seen running (a re-admission after a preemption is not an admission wait). The
-  initial-list rule is the same: a job already resumed in it is not observed.
+- admitted (admission wait): the first observed move of a job out of ``suspended`` into pending or running,
+  per uid, on a job never seen running and never seen leaving ``suspended`` before (a re-admission after a
+  preemption is not an admission wait), at most once. Every order of writes that admits a queued job ends
+  that way (docs/metrics.md, "Admission"): Kueue unsuspends the job (kubernetes-sigs/kueue v0.19.2
+  ``pkg/controller/jobs/trainjob`` RunWithPodSetsInfo, then Unsuspend), and the job stays ``suspended``
+  while the controller's Suspended condition is True, until the controller answers with
+  Suspended=False/Resumed (kubeflow/trainer v2.3.0 setSuspendedCondition): the wait is that condition's
+  lastTransitionTime minus creationTimestamp. When Kueue unsuspended the job before the controller ever
+  wrote a Suspended condition (a burst the controller's queue had not reached, a controller restart), the
+  controller writes none at all (setSuspendedCondition changes nothing when spec.suspend is false and no
+  condition is True), and no object records the admission: the wait is this exporter's wall clock when it
+  saw the job leave ``suspended``, minus creationTimestamp, an upper bound late by the watch latency. A job
+  created not suspended never waited for admission. The initial-list rule is the same: a job not suspended
+  in it is not observed; one suspended in it is, when it is admitted.
 
   No table is kept for these two: a job's projection says whether it runs / is resumed now. Only the
   jobs that ran (or were resumed) and are not running (resumed) now are remembered (app/trainer/history.py),
@@ -68,17 +79,21 @@ from app.trainer.projections import (
     MALFORMED,
     RESUMED,
     STATE_BY_FLAGS,
+    STEP_SHIFT,
     RuntimeProjection,
     TrainJobProjection,
     compact_uid,
     uid_text,
 )
 from app.trainer.refs import RuntimeRefs
+from app.trainer.snapshots import StepSnapshots
 from app.trainer.terminal import TerminalEntry, TerminalSet
 
 log = logging.getLogger(__name__)
 
 _RUNNING: Final = rules.RUNNING
+_SUSPENDED: Final = rules.SUSPENDED
+_RESOLVED: Final = 1 << STEP_SHIFT  # flags at or above: a training step resolved (projections.STEP_SHIFT)
 
 
 def _gauge_key(job: TrainJobProjection) -> GaugeKey:
@@ -179,6 +194,10 @@ class TrainerState:
         self._history = EdgeHistory(max_tombstones=max_tombstones)
 
         self._pending = PendingCreated()
+        # initial-list jobs read before their runtime was known: their first resolved reading is no edge
+        self._guessed: set[bytes | str] = set()
+        # training steps of jobs whose runtime changed since they were resolved, for the Lease
+        self._snapshots = StepSnapshots(self._refs.by_ref)
 
         self._malformed_logged = LoggedOnce()  # uid keys (jobs) and uids (runtimes)
         self._inventory = RuntimeInventory(self._malformed_logged)
@@ -238,10 +257,32 @@ class TrainerState:
 
     def forget_inherited_except(self, present_uids: Iterable[bytes | str]) -> int:
         """Drop inherited facts of jobs absent from the synced caches (``present_uids``: uid keys)."""
-        wanted = self._history.inherited_keys()
+        wanted = self._history.inherited_keys() | self._snapshots.inherited.keys()
         if not wanted:
             return 0
-        return self._history.forget_inherited_except({u for u in present_uids if u in wanted})
+        present = {u for u in present_uids if u in wanted}
+        return self._history.forget_inherited_except(present) + self._snapshots.forget_inherited_except(
+            present
+        )
+
+    @property
+    def inherited_steps(self) -> Mapping[bytes | str, int]:
+        """Training steps read from the Lease, by uid key (rules.STEP_SETS ids), live: the TrainJob projector
+        resolves a job it has not resolved yet from them first (``TrainJobProjector(steps=...)``)."""
+        return self._snapshots.inherited
+
+    def watch_jobs(self, jobs: Callable[[], Iterable[TrainJobProjection]]) -> None:
+        """The cached TrainJobs (app/trainer/snapshots.py reads them once per runtime change)."""
+        self._snapshots.watch_jobs(jobs)
+
+    def published_snapshots(self) -> dict[str, frozenset[str]]:
+        """uid -> training step of the jobs whose runtime changed since they were resolved, for the Lease
+        (app/handover/history.py)."""
+        return {uid_text(u): step for u, step in self._snapshots.published().items()}
+
+    def inherit_snapshots(self, steps: Mapping[str, frozenset[str]]) -> int:
+        """Merge training steps another replica published; returns how many were new to this replica."""
+        return self._snapshots.inherit(steps, compact_uid)
 
     @property
     def terminal_count(self) -> int:
@@ -318,10 +359,13 @@ class TrainerState:
         self._count_later(job, self._events.started(job, startup, self._relist_since))
 
     def _count_admitted(self, job: TrainJobProjection) -> None:
-        wait = rules.seconds_since_creation(job.created, job.resumed_time)
+        """The admission of ``job``, seen leaving ``suspended``: timed by the controller's Resumed condition
+        when it wrote one, else by this exporter's clock (no object records it: see the module docstring)."""
+        at = job.resumed_time if job.flags & RESUMED else self._wall_clock()
+        wait = rules.seconds_since_creation(job.created, at)
         if wait is None:
             return  # a timestamp is missing or unparsable (malformed, logged)
-        self._count_later(job, self._events.admitted(job, wait, self._relist_since))
+        self._count_later(job, self._events.admitted(job, wait, self._relist_since, at))
 
     def _count_later(self, job: TrainJobProjection, event: CountableEvent) -> None:
         """An edge after created: it waits behind a created edge still waiting for its runtime."""
@@ -333,45 +377,46 @@ class TrainerState:
 
     def _first_edges(self, job: TrainJobProjection, tomb: int) -> None:
         """Admitted and started edges of a not-terminal job first seen after the initial list (``tomb``: its
-        tombstone bits when it is a deleted uid seen again, else 0)."""
+        tombstone bits when it is a deleted uid seen again, else 0). One first seen out of ``suspended`` with
+        a Resumed condition was created suspended and admitted before it was seen; one without was either
+        never queued or admitted before the controller wrote any condition: not observable."""
         uid = job.uid_key
         flags = job.flags
         history = self._history
         ran = bool(tomb & TOMB_RAN) or history.ran_before(uid)
-        if flags & RESUMED:
-            if not ran and not tomb & TOMB_ADMITTED and not history.admitted_before(uid):
+        state = STATE_BY_FLAGS[flags & 7]
+        if state != _SUSPENDED:
+            if flags & RESUMED and not ran and not tomb & TOMB_ADMITTED and not history.admitted_before(uid):
                 self._count_admitted(job)
             history.resumed_again(uid)
         elif tomb & TOMB_ADMITTED:
             history.suspended_again(uid)
-        if STATE_BY_FLAGS[flags & 7] == _RUNNING:
+        if state == _RUNNING:
             if not ran:
                 self._count_started(job)
             history.running_again(uid)
         elif ran:
             history.left_running(uid)
 
-    def _later_edges(self, old_state: str, new: TrainJobProjection, resumed_changed: bool) -> None:
-        """Admitted and started edges of an update of a not-terminal job (state or Resumed changed)."""
+    def _later_edges(self, old_state: str, new: TrainJobProjection) -> None:
+        """Admitted and started edges of an update of a not-terminal job whose state changed."""
         uid = new.uid_key
         if uid in self._terminal:
             return  # it was terminal: every edge before that is behind us
         new_state = new.state
         history = self._history
-        if resumed_changed:
-            if not new.flags & RESUMED:
-                history.suspended_again(uid)  # suspended again (preempted): its next Resumed is no admission
-            elif history.admitted_before(uid):
-                history.resumed_again(uid)
-            elif old_state != _RUNNING and not history.ran_before(uid):
+        if new_state == _SUSPENDED:
+            history.suspended_again(uid)  # suspended again (preempted): leaving it is no admission
+        elif old_state == _SUSPENDED:
+            if not history.admitted_before(uid) and not history.ran_before(uid):
                 self._count_admitted(new)
-        if old_state != new_state:
-            if new_state == _RUNNING:
-                if not history.ran_before(uid):
-                    self._count_started(new)
-                history.running_again(uid)  # its projection says it ran while it runs
-            elif old_state == _RUNNING:
-                history.left_running(uid)
+            history.resumed_again(uid)
+        if new_state == _RUNNING:
+            if not history.ran_before(uid):
+                self._count_started(new)
+            history.running_again(uid)  # its projection says it ran while it runs
+        elif old_state == _RUNNING:
+            history.left_running(uid)
 
     def _count_finished(self, job: TrainJobProjection) -> None:
         entry = self._pending.get(job.uid_key)
@@ -393,6 +438,8 @@ class TrainerState:
             # (resumed), it started (was admitted) before we looked: its projection keeps that known.
             if job.result and uid not in self._terminal:
                 self._terminal.record(job, self._wall_clock())
+            elif job.flags < _RESOLVED and job.runtime_ref != rules.UNKNOWN:
+                self._guessed.add(uid)  # running or not, by the controller's naming until resolved
             return
         tomb = self._history.pop_tombstone(uid)
         seen = tomb is not None or uid in self._terminal or uid in self._pending
@@ -437,14 +484,23 @@ class TrainerState:
             else:
                 self._refs.remove(old_key)
                 self._refs.add(new_key)
+        guessed = False
+        if self._guessed and new_flags >= _RESOLVED and uid in self._guessed:
+            self._guessed.discard(uid)
+            guessed = old_flags < _RESOLVED
         if new.result:
             if uid not in self._terminal:
                 self._terminal.record(new, self._wall_clock())
                 self._history.terminal(uid)  # the terminal set guards it from now on
                 if not old.result:  # the edge; an unrecorded old terminal state was never an edge we saw
                     self._count_finished(new)
-        elif old_state != new_state or (old_flags ^ new_flags) & RESUMED:
-            self._later_edges(old_state, new, bool((old_flags ^ new_flags) & RESUMED))
+        elif old_state != new_state:
+            if guessed and _SUSPENDED not in (old_state, new_state):
+                # In the initial list before its runtime (a start-up whose runtime list came after the
+                # TrainJob list), it was read by the controller's naming, a guess: resolved only now, this
+                # is its first reading, as if it were the initial list's, not an edge.
+                return
+            self._later_edges(old_state, new)
 
     def _job_deleted(self, last: TrainJobProjection) -> None:
         self._maybe_flush()
@@ -452,11 +508,13 @@ class TrainerState:
         if uid in self._pending:
             self._emit_pending(self._pending.take(uid))  # it was created; count it with what we know now
         self._refs.remove(_gauge_key(last))
+        self._snapshots.job_deleted(uid)
+        self._guessed.discard(uid)
         self._history.deleted(
             uid,
             terminal=self._terminal.pop(uid, None) is not None,
             running=last.state == _RUNNING,
-            resumed=bool(last.flags & RESUMED),
+            resumed=last.state != _SUSPENDED,
         )
         self._malformed_logged.discard(uid)
 
@@ -483,11 +541,13 @@ class TrainerState:
             self._refs.runtime_known(new)
             for entry in self._pending.take_for(ref):
                 self._emit_pending(entry)
+        self._snapshots.runtimes_changed()
         self.flush_pending()
         self._gauge_sink.on_runtimes_changed()
 
     def _runtime_deleted(self, last: RuntimeProjection) -> None:
         self._inventory.delete(last)
         self._refs.runtime_gone(last.ref)
+        self._snapshots.runtimes_changed()
         self.flush_pending()
         self._gauge_sink.on_runtimes_changed()

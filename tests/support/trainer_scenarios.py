@@ -6,17 +6,26 @@ that milliseconds), never for a fixed time.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from kubesim.trainer import jobset
 from kubesim.trainer.gen_population import FINISHED, ORPHANED, RUNNING, SUSPENDED, JobRecord
 from kubesim.trainer.generator import WorkloadGenerator
 from kubesim.trainer.jobset import BACKOFF_LIMIT_EXCEEDED, POD_FAILURE_POLICY
 from kubesim.trainer.kinds import TRAINJOBS
+from kubesim.trainer.shapes_runtimes import cluster_runtimes
 from tests.support.trainer_shapes import (
+    ADMITTED_BEFORE_CONTROLLER,
+    ADMITTED_CONTROLLER_DOWN,
     INITIALIZER_THEN_CAPACITY_WAIT,
     INITIALIZERS,
     JOBSET_FAILURE,
+    MPI_WORKERS_FIRST,
     RESTARTED,
+    RUNTIME_DELETED,
+    RUNTIME_EDITED,
     ShapeCensus,
 )
 from tests.support.waiting import eventually
@@ -40,13 +49,24 @@ PLAIN: Final[dict[str, Any]] = {
 }
 
 
-async def play_every_shape(gen: WorkloadGenerator, census: ShapeCensus) -> None:
-    """Create and drive the jobs; the census (subscribed to the store) must see each shape afterwards."""
+Settle = Callable[[], Awaitable[None]]
+
+
+async def play_every_shape(gen: WorkloadGenerator, census: ShapeCensus, settle: Settle | None = None) -> None:
+    """Create and drive the jobs; the census (subscribed to the store) must see each shape afterwards.
+
+    ``settle``: waits until a watcher of the store (the exporter under test) has seen every write so far.
+    The runtime edits wait for it: which runtime version a job is first resolved with depends on which of
+    the two watches, TrainJobs' or runtimes', delivers first, as it depends on the controller's first
+    reconcile on a real cluster; settled, there is one answer."""
     await _initializers_then_capacity(gen)
     await _deadlines(gen)
     _jobset_failures(gen, census)
     _multikueue(gen)
     _edge_cases(gen)
+    _mpi_workers_first(gen, census)
+    await _admission_orders(gen, census)
+    await _runtime_edited_and_deleted(gen, census, settle)
 
 
 async def _initializers_then_capacity(gen: WorkloadGenerator) -> None:
@@ -129,6 +149,80 @@ def _edge_cases(gen: WorkloadGenerator) -> None:
     _create(gen, suspended=False, runtime="torch-distributed", num_nodes=2, resources=INTEL_WITH_SHARES)
     _create(gen, suspended=False, runtime="torch-distributed", num_nodes=2, resources=INTEL_SHARES_ONLY)
     _create(gen, suspended=False, runtime="torch-distributed", num_nodes=2, resources=SHARED_GPUS)
+
+
+def _mpi_workers_first(gen: WorkloadGenerator, census: ShapeCensus) -> None:
+    """deepspeed with 3 nodes: two ``node`` workers (sshd) ready, then the launcher created (JobSet dependsOn
+    node Ready: jobset v0.12.0 depends_on.go), its pod started, and only then ready (mpirun running)."""
+    rec = _create(gen, suspended=False, runtime="deepspeed-distributed", num_nodes=3)
+    gen.progress(rec, limit=48)
+    assert rec.phase == RUNNING and census.shapes[MPI_WORKERS_FIRST], MPI_WORKERS_FIRST
+
+
+async def _admission_orders(gen: WorkloadGenerator, census: ShapeCensus) -> None:
+    """The orders of writes that admit a queued job besides the usual one (which the random workload plays):
+    Kueue ahead of a controller whose queue has not reached the job (a burst: no Suspended condition, ever),
+    and Kueue admitting while the controller is down (Resumed only when it is back, later)."""
+    early = _create(gen, suspended=True, runtime="torch-distributed", controller_late=True)
+    gen.admit(early)
+    gen.controller_catches_up(early)
+    gen.progress(early)
+    assert early.phase == RUNNING and census.shapes[ADMITTED_BEFORE_CONTROLLER], ADMITTED_BEFORE_CONTROLLER
+    down = _create(gen, suspended=True, runtime="torch-distributed")
+    _settle_queued(gen, down)
+    gen.admit(down, controller_down=True)
+    admitted = gen.clock()
+    other = _create(gen, suspended=False, runtime="torch-distributed")  # the cluster goes on meanwhile
+    await eventually(lambda: (gen.clock() - admitted) * gen.time_warp > 2, timeout=30, what="time passes")
+    gen.queued(down)  # the controller is back
+    gen.progress(down)
+    gen.progress(other)
+    assert down.phase == RUNNING and census.shapes[ADMITTED_CONTROLLER_DOWN], ADMITTED_CONTROLLER_DOWN
+
+
+def _settle_queued(gen: WorkloadGenerator, rec: JobRecord) -> None:
+    """The JobSet passes of a queued job (its Jobs created suspended), without admitting it."""
+    job = rec.job
+    assert job is not None
+    for _ in range(8):
+        if job.jobset is None or not jobset.pass_due(job.jobset):
+            return
+        gen.queued(rec)
+
+
+async def _runtime_edited_and_deleted(
+    gen: WorkloadGenerator, census: ShapeCensus, settle: Settle | None
+) -> None:
+    """A runtime's trainer job renamed while two of its jobs run, a job created on the edited runtime, then
+    the runtime deleted: the running jobs go on (their snapshots), and write their status after each."""
+
+    async def settled() -> None:
+        if settle is not None:
+            await settle()
+
+    doc = copy.deepcopy(next(d for d in cluster_runtimes() if d["metadata"]["name"] == "torch-distributed"))
+    doc["metadata"] = {"name": "sim-edited-under-jobs", "labels": doc["metadata"].get("labels", {})}
+    runtime = gen.add_runtime(doc)
+    await settled()
+    running = [_create(gen, suspended=False, runtime=runtime.name) for _ in range(2)]
+    for rec in running:
+        gen.progress(rec)
+        assert rec.phase == RUNNING
+    await settled()
+    replicated = copy.deepcopy(doc["spec"]["template"]["spec"]["replicatedJobs"])
+    for job in replicated:
+        job["name"] = "trainer" if job["name"] == "node" else job["name"]
+    runtime = gen.edit_runtime(runtime, replicated)
+    for rec in running:
+        gen.train(rec)
+    await settled()
+    edited = _create(gen, suspended=False, runtime=runtime.name)
+    gen.progress(edited)
+    await settled()
+    gen.delete_runtime(runtime)
+    for rec in running:
+        gen.train(rec)
+    assert census.shapes[RUNTIME_EDITED] and census.shapes[RUNTIME_DELETED]
 
 
 def hold_initializers_downloading(gen: WorkloadGenerator) -> JobRecord:

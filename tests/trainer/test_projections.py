@@ -100,7 +100,7 @@ JOB_EXPECTED: dict[str, tuple[str, int | None, rules.NodeResources | None, str]]
 
 NO_RES = rules.NO_RESOURCES
 NODE_ONLY = frozenset({"node"})
-MPI_STEP = frozenset({"launcher", "node"})
+MPI_STEP = frozenset({"launcher"})
 TORCH_NODES = rules.NodeRule(1, True, False, 0)
 TORCH = ("torch", "none", "torch", 1, False, TORCH_NODES, NO_RES, True, NODE_ONLY)
 # MPI runLauncherAsNode (plugins/mpi/mpi.go): the launcher (ancestor trainer: mlPolicy.numNodes 1) and the

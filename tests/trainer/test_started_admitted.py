@@ -405,3 +405,82 @@ def test_a_re_added_job_with_an_inherited_fact_counts_created_but_not_its_run() 
     state.job_handler.on_added(job(rv=30, uid=PREEMPTED_UID, resumed=ADMITTED, ready=True), False)
     assert [type(e) for e in sink.events].count(JobCreated) == 1
     assert started(sink) == [] and admitted(sink) == []
+
+
+# --- every order of writes that admits a queued job ----------------------------------------------------
+# Kueue's webhook creates a queued TrainJob with spec.suspend true (kubernetes-sigs/kueue v0.19.2
+# pkg/controller/jobs/trainjob/trainjob_webhook.go Default); admission is RunWithPodSetsInfo then Unsuspend,
+# preemption Stop (spec.suspend true again) then RestorePodSetsInfo (pkg/controller/jobs/trainjob
+# trainjob_controller.go). The Trainer controller answers each reconcile with setSuspendedCondition
+# (kubeflow/trainer v2.3.0 pkg/controller/trainjob_controller.go): Suspended=True while spec.suspend, then
+# False/Resumed, but only over a True condition; with spec.suspend false and no True condition it writes none.
+# Kueue does not wait for the controller (its getChildJobSet builds the JobSet spec from the runtime itself),
+# so a burst the controller's queue has not reached, or a controller restart, admits a job the controller
+# never saw suspended.
+
+
+def test_admitted_before_the_controller_wrote_any_condition_is_timed_by_the_exporter_clock() -> None:
+    """Burst / controller down: spec.suspend goes true -> false and the controller, when it gets to the job,
+    writes no Suspended condition at all. No object records the admission: the exporter's clock when it saw
+    the job leave suspended bounds it from above. Before: never observed."""
+    state, sink, wall = make()
+    d = Driver(state, job(rv=10, suspend=True), initial=False)
+    wall.now = CREATED_EPOCH + 120.0
+    d.to(job(rv=11))  # Kueue unsuspended it; no Suspended condition, now or later
+    assert admitted(sink) == [
+        JobAdmitted(11, "uid-j1", TORCH, 120.0, "team-a", key="team-a/j1", at=CREATED_EPOCH + 120.0)
+    ]
+    d.to(job(rv=12, ready=True))
+    assert len(admitted(sink)) == 1 and len(started(sink)) == 1
+
+
+def test_a_controller_late_to_a_burst_admission_does_not_count_it_twice() -> None:
+    """The controller reconciled from a cache still showing spec.suspend true and wrote Suspended=True after
+    Kueue's unsuspend (a status merge patch needs no resourceVersion), then Resumed at its next reconcile:
+    the job went back to suspended and out again, one admission, the first."""
+    state, sink, wall = make()
+    d = Driver(state, job(rv=10, suspend=True), initial=False)
+    wall.now = CREATED_EPOCH + 60.0
+    d.to(job(rv=11))
+    d.to(job(rv=12, suspended=True))
+    d.to(job(rv=13, resumed=ADMITTED))
+    assert [(e.rv, e.wait_seconds) for e in admitted(sink)] == [(11, 60.0)]
+
+
+def test_admitted_while_the_controller_was_down_is_timed_by_its_resumed_condition() -> None:
+    """Suspended=True written, then Kueue unsuspends while the controller is down: the job stays suspended
+    (the controller has not resumed its JobSet) until the restarted controller writes Resumed, whose
+    lastTransitionTime is when the job stopped waiting."""
+    state, sink, wall = make()
+    d = Driver(state, job(rv=10, suspend=True, suspended=True), initial=False)
+    d.to(job(rv=11, suspended=True))  # spec.suspend false; no controller to answer
+    wall.now = CREATED_EPOCH + 5000.0
+    assert admitted(sink) == []
+    d.to(job(rv=12, resumed="2025-06-01T10:30:00Z"))
+    assert [(e.rv, e.wait_seconds) for e in admitted(sink)] == [(12, 1800.0)]
+
+
+def test_a_burst_admission_preempted_before_the_controller_saw_it_counts_the_first_admission() -> None:
+    """Admitted with no condition, preempted (the controller then writes Suspended=True), admitted again
+    (Resumed): the Resumed condition is a re-admission. Before: the first admission was missed and the
+    re-admission counted, with the whole time since creation."""
+    state, sink, wall = make()
+    d = Driver(state, job(rv=10, suspend=True), initial=False)
+    wall.now = CREATED_EPOCH + 30.0
+    d.to(job(rv=11))
+    d.to(job(rv=12, suspend=True))
+    d.to(job(rv=13, suspend=True, suspended=True))
+    d.to(job(rv=14, suspended=True))
+    d.to(job(rv=15, resumed=ADMITTED))
+    assert [(e.rv, e.wait_seconds) for e in admitted(sink)] == [(11, 30.0)]
+
+
+def test_a_job_created_unsuspended_never_waited_for_admission() -> None:
+    """Not queued: suspended later by hand and resumed, it waited for no admission since its creation.
+    Before: its Resumed condition counted as an admission wait."""
+    state, sink, _ = make()
+    d = Driver(state, job(rv=10), initial=False)
+    d.to(job(rv=11, suspend=True))
+    d.to(job(rv=12, suspend=True, suspended=True))
+    d.to(job(rv=13, resumed=ADMITTED))
+    assert admitted(sink) == []

@@ -6,7 +6,7 @@ counts a child Job ``ready`` while it is active with all its pods ready (kuberne
 pkg/controllers/jobset_controller.go calculateReplicatedJobStatuses: only ``jobs.active`` are counted), so
 an initializer is ready while it downloads and drops to 0 when it finishes. The training step is the
 replicated jobs labelled ``trainer.kubeflow.org/trainjob-ancestor-step: trainer`` (pkg/constants
-LabelTrainJobAncestor, AncestorTrainer) plus MPI's ``launcher`` and ``node`` (plugins/mpi/mpi.go), found
+LabelTrainJobAncestor, AncestorTrainer), under MPI the ``launcher`` alone (plugins/mpi/mpi.go), found
 through the referenced runtime; a runtime not known reads by the controller's naming (``node``,
 ``launcher``).
 """
@@ -162,19 +162,35 @@ def test_torch_with_cache_dataset_initializer_is_pending() -> None:
 @pytest.mark.parametrize(
     ("jobs", "state"),
     [
-        ([rj("node", ready=1, active=1), rj("launcher")], "running"),  # sshd workers up, launcher not yet
+        # sshd workers up, launcher not created yet (JobSet dependsOn): nothing trains
+        ([rj("node", ready=1, active=1), rj("launcher")], "pending"),
+        ([rj("node", ready=1, active=1), rj("launcher", active=1)], "pending"),  # launcher's pod starting
         ([rj("node", ready=1, active=1), rj("launcher", ready=1, active=1)], "running"),
         ([rj("node", active=1), rj("launcher")], "pending"),  # workers wait for capacity
+        ([rj("node", ready=1), rj("launcher", ready=1)], "running"),
     ],
 )
-def test_mpi_launcher_and_node_are_the_training_step(jobs: list[dict[str, Any]], state: str) -> None:
-    """deepspeed-distributed labels only ``launcher`` ancestor ``trainer``; its ``node`` workers are the hosts
-    mpirun trains on (plugins/mpi/mpi.go isNode), so they count as the training step too."""
+def test_mpi_runs_when_the_launcher_is_ready(jobs: list[dict[str, Any]], state: str) -> None:
+    """MPI's training process is the launcher's ``mpirun``: deepspeed-distributed labels only ``launcher``
+    ancestor ``trainer``, so the job's command goes to it alone (kubeflow/trainer v2.3.0
+    pkg/runtime/framework/plugins/jobset/builder.go Trainer); it ``dependsOn`` ``node`` Ready
+    (manifests/base/runtimes/deepspeed_distributed.yaml), which JobSet enforces by creating it only once
+    every ``node`` Job is ready (kubernetes-sigs/jobset v0.12.0 pkg/controllers/depends_on.go
+    dependencyReachedStatus); a ready ``node`` runs sshd (its readinessProbe is a TCP check of port 2222).
+    Running is the launcher ready, whatever the workers are."""
     sink = RecordingSink()
     state_ = TrainerState(sink, clock=Clock())
     state_.runtime_handler.on_added(runtime("deepspeed-distributed"), True)
     projector = TrainJobProjector(runtimes=state_.runtimes_by_ref)
     assert project(job_obj("deepspeed-distributed", jobs), projector).state == state
+
+
+def test_mpi_nodes_unchanged_by_the_launcher_rule() -> None:
+    """Nodes and accelerators are not the training step's: runLauncherAsNode still counts the launcher
+    as a node beside the workers (plugins/mpi/mpi.go isNode), 2 for numNodes 1."""
+    rt = runtime("deepspeed-distributed")
+    assert rt.training_jobs == frozenset({"launcher"})
+    assert rt.run_launcher_as_node and rules.requested_nodes(1, rt.nodes) == 2
 
 
 # --- runtimes with their own names: found through the referenced runtime -------------------------------
@@ -291,7 +307,8 @@ def test_the_incremental_path_applies_the_same_rule() -> None:
             False,
             {"a", "b"},
         ),
-        ([("node", None), ("launcher", {rules.ANCESTOR_LABEL: "trainer"})], True, {"node", "launcher"}),
+        ([("node", None), ("launcher", {rules.ANCESTOR_LABEL: "trainer"})], True, {"launcher"}),
+        ([("node", {rules.ANCESTOR_LABEL: "trainer"}), ("launcher", None)], True, {"launcher"}),  # MPI
         ([("worker", None)], False, {"node", "launcher"}),  # no label: the controller's naming
         # a job labelled as an initializer is never the training step, whatever its name
         ([("node", {rules.ANCESTOR_LABEL: "dataset-initializer"})], False, {"launcher"}),

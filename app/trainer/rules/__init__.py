@@ -105,6 +105,8 @@ from app.trainer.rules.steps import (
     FALLBACK_TRAINING_JOBS,
     INITIALIZER_STEPS,
     MODEL_INITIALIZER,
+    STEP_SETS,
+    step_id,
     training_jobs,
     training_ready,
 )
@@ -149,6 +151,7 @@ __all__ = [
     "RESUMED_REASON",
     "RUNNING",
     "RUNTIME_KINDS",
+    "STEP_SETS",
     "SUCCEEDED",
     "SUSPENDED",
     "TRAINING_RUNTIME_KIND",
@@ -188,6 +191,7 @@ __all__ = [
     "runtime_num_nodes",
     "runtime_ref_label",
     "seconds_since_creation",
+    "step_id",
     "training_jobs",
     "training_ready",
 ]

@@ -6,6 +6,14 @@ they download; when they finish their ``ready`` drops to 0 (kubernetes-sigs/jobs
 ``pkg/controllers/jobset_controller.go`` calculateReplicatedJobStatuses counts ``ready`` over *active*
 Jobs only) and the trainer's pods may still wait for capacity: the whole window is pending.
 
+A job's training step is resolved once, from its runtime as it was when the job was first resolved
+(``step_id``, kept in the job's projection): the controller builds every TrainJob from the copy of its runtime
+it took at the job's first reconcile, not from the live runtime (kubeflow/trainer v2.3.0
+``pkg/runtime/core/snapshot.go`` and ``trainingruntime.go`` NewObjects: the ``<trainjob>-runtime-snapshot``
+ConfigMap is read before the runtime), a runtime in use may be edited or deleted
+(``trainingruntime_webhook.go`` ValidateUpdate accepts any edit; no finalizer), and the JobSet is not rebuilt
+after its creation (``plugins/jobset/jobset.go`` Build).
+
 Its own module because the answer depends on the runtime (which replicated jobs it labels as the trainer),
 while ``jobsStatus`` is read on every watch event: a runtime's set of training-step names is computed once
 per runtime version (``training_jobs``), and a job's event only tests the names of its ready child Jobs
@@ -39,18 +47,23 @@ def training_jobs(replicated: Iterable[tuple[object, object]], mpi: bool) -> fro
     - Every job labelled ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``: the controller's trainer
       PodSet (kubeflow/trainer v2.3.0 ``pkg/runtime/runtime.go`` FindPodSetByAncestor(AncestorTrainer), which
       the torch, jax, xgboost and plainml plugins size and configure).
-    - MPI: also ``launcher`` and ``node``, which the MPI plugin addresses by name
-      (``pkg/runtime/framework/plugins/mpi/mpi.go`` EnforceMLPolicy: FindPodSetByName(constants.Node);
-      buildHostFileConfigMap/isNode: the ``node`` pods, and the launcher with runLauncherAsNode, are the
-      hosts mpirun trains on). The built-in deepspeed and mlx runtimes label only ``launcher`` as the
-      trainer; their ``node`` workers are not labelled (manifests/base/runtimes/deepspeed_distributed.yaml,
-      mlx_distributed.yaml).
+    - MPI: the ``launcher`` alone, by name, whatever the labels. The job's command goes to the
+      ancestor-``trainer`` job (``pkg/runtime/framework/plugins/jobset/builder.go`` Trainer), which in the
+      built-in MPI runtimes is ``launcher`` alone (manifests/base/runtimes/deepspeed_distributed.yaml,
+      mlx_distributed.yaml); the launcher runs ``mpirun`` over the hostfile
+      (``pkg/runtime/framework/plugins/mpi/mpi.go``, constants.Launcher) and ``dependsOn`` the ``node`` job
+      being Ready, so JobSet creates it only once every ``node`` Job is ready (kubernetes-sigs/jobset v0.12.0
+      ``pkg/controllers/depends_on.go`` dependencyReachedStatus). A ready ``node`` means its sshd listens
+      (the runtimes' readinessProbe on port 2222), not that anything trains. With ``runLauncherAsNode`` the
+      launcher is also a node (rules.node_rule), which changes the node count, not when the job runs.
     - A runtime that labels no job ``trainer`` (and is not MPI): FALLBACK_TRAINING_JOBS, the controller's
       naming.
 
     A job labelled as an initializer step (``dataset-initializer`` / ``model-initializer``) is never part of
     it, whatever its name.
     """
+    if mpi:
+        return _MPI_TRAINING
     labelled: set[str] = set()
     initializers: set[str] = set()
     for name, labels in replicated:
@@ -61,9 +74,7 @@ def training_jobs(replicated: Iterable[tuple[object, object]], mpi: bool) -> fro
             labelled.add(name)
         elif step in INITIALIZER_STEPS:
             initializers.add(name)
-    if mpi:
-        labelled |= {LAUNCHER, NODE}
-    elif not labelled:
+    if not labelled:
         labelled = set(FALLBACK_TRAINING_JOBS)
     return _shared(frozenset(labelled - initializers))
 
@@ -73,7 +84,32 @@ def _shared(names: frozenset[str]) -> frozenset[str]:
     return _SETS.setdefault(names, names)
 
 
-_SETS: dict[frozenset[str], frozenset[str]] = {FALLBACK_TRAINING_JOBS: FALLBACK_TRAINING_JOBS}
+_MPI_TRAINING: Final = frozenset({LAUNCHER})
+_SETS: dict[frozenset[str], frozenset[str]] = {
+    FALLBACK_TRAINING_JOBS: FALLBACK_TRAINING_JOBS,
+    _MPI_TRAINING: _MPI_TRAINING,
+}
+
+
+# Training steps as small ints, so that a job's projection can keep the one it was resolved with in its flags
+# (app/trainer/projections.py STEP_SHIFT) at no cost in bytes. Id 0 is "not resolved yet" (its runtime not
+# known), read by the controller's naming; ids are never reused, and at most MAX_STEP_IDS distinct steps get
+# one (a cluster has a few; beyond that a step reads as not resolved, i.e. from the live runtime).
+MAX_STEP_IDS: Final = 4096
+STEP_SETS: Final[list[frozenset[str]]] = [FALLBACK_TRAINING_JOBS]
+_STEP_IDS: dict[frozenset[str], int] = {}
+
+
+def step_id(training: frozenset[str]) -> int:
+    """The id of a training step (``training_jobs``'s answer), 0 when the ids are used up."""
+    known = _STEP_IDS.get(training)
+    if known is not None:
+        return known
+    if len(STEP_SETS) > MAX_STEP_IDS:
+        return 0
+    STEP_SETS.append(training)
+    _STEP_IDS[training] = len(STEP_SETS) - 1
+    return len(STEP_SETS) - 1
 
 
 def training_ready(jobs_status: Iterable[tuple[object, object]], training: frozenset[str]) -> bool:

@@ -34,6 +34,9 @@ FAILED: Final = "Failed"
 # Share of MultiKueue jobs a worker cluster admits: the others wait in the manager's queue until their user
 # deletes them, with no status at all (the manager's Trainer skips them).
 DISPATCH_RATIO: Final = 0.7
+# The share of Kueue admissions the Trainer controller answers only later (it restarts meanwhile): the job
+# stays suspended, Suspended=True with spec.suspend false, until Resumed at its next reconcile.
+CONTROLLER_DOWN_RATIO: Final = 0.05
 EXPORT_ANNOTATION: Final = "sim.trainer-metrics.io/exported-to"
 
 
@@ -54,6 +57,7 @@ class JobActions(MultiKueueEvents):
         allow_huge: bool = True,
         runtime: str | None = None,
         dispatch: bool | None = None,
+        controller_late: bool = False,
         **fields: Any,
     ) -> JobRecord | None:
         """A user creates a TrainJob (``suspended``: with a Kueue queue label, which Kueue's webhook turns
@@ -61,7 +65,9 @@ class JobActions(MultiKueueEvents):
         ``JobShape`` fields (``deadline``, ``num_nodes``, ``multikueue``, ``ref``, ...) instead of drawing
         them.
         ``dispatch``: whether MultiKueue will run a MultiKueue job on a worker (None = random). The Trainer
-        controller's first reconcile follows at once. None when the store refused it."""
+        controller's first reconcile follows at once, unless ``controller_late``: its queue has not reached
+        the job yet (a burst of creations), and it reconciles only at controller_catches_up(). None when the
+        store refused it."""
         namespace = self.namespaces[int(self.rng.random() * len(self.namespaces))]
         choice = (
             self._runtime_named(runtime, namespace)
@@ -90,7 +96,7 @@ class JobActions(MultiKueueEvents):
             return None
         self.truth.job_created(stored, malformed=malformed)
         rec = self._remember(stored, shape)
-        self._first_reconcile(rec, stored, shape, dispatch)
+        self._first_reconcile(rec, stored, shape, dispatch, late=controller_late)
         return rec
 
     def _runtime_named(self, name: str, namespace: str) -> RuntimeChoice:
@@ -100,7 +106,7 @@ class JobActions(MultiKueueEvents):
         return usable[0]
 
     def _first_reconcile(
-        self, rec: JobRecord, stored: dict[str, Any], shape: JobShape, dispatch: bool
+        self, rec: JobRecord, stored: dict[str, Any], shape: JobShape, dispatch: bool, *, late: bool = False
     ) -> None:
         """What the Trainer controller does with a new job (controller.py): skip it when another controller
         manages it (MultiKueue runs it elsewhere, or never: ``dispatch``), write nothing for a runtime kind it
@@ -133,6 +139,9 @@ class JobActions(MultiKueueEvents):
             self.population.move(rec, ORPHANED)
             return
         rec.job = plan
+        if late:
+            rec.controller_behind = True
+            return
         controller.reconcile(plan, self._now(rec))
         if plan.conditions:
             self._write_job(rec)
@@ -152,17 +161,27 @@ class JobActions(MultiKueueEvents):
 
     # -- Kueue -----------------------------------------------------------------------------------------
     def queued(self, rec: JobRecord) -> None:
-        """A suspended job moves on: its JobSet's passes first (the Jobs created, or suspended, and then
-        counted suspended), then Kueue admits it."""
+        """A suspended job moves on: the controller answers an admission it was behind on; else its JobSet's
+        passes first (the Jobs created, or suspended, and then counted suspended), then Kueue admits it."""
         job = rec.job
-        if job is not None and job.jobset is not None and jobset.pass_due(job.jobset):
+        if job is not None and rec.controller_behind and not job.suspend:
+            self.controller_catches_up(rec)
+        elif job is not None and job.jobset is not None and jobset.pass_due(job.jobset):
             self._settle(rec)
         else:
-            self.admit(rec)
+            self.admit(rec, controller_down=self.rng.random() < CONTROLLER_DOWN_RATIO)
 
-    def admit(self, rec: JobRecord) -> None:
+    def admit(self, rec: JobRecord, *, controller_down: bool = False) -> None:
         """Kueue admits a queued job (kueue.admission_patches); the controller answers Suspended=False/Resumed
-        and resumes the JobSet, and the deadline counts from now."""
+        and resumes the JobSet, and the deadline counts from then.
+
+        Kueue does not wait for the Trainer controller: it builds the job's PodSets from the runtime itself
+        (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobs/trainjob trainjob_controller.go getChildJobSet), so
+        it admits a job the controller is behind on (``rec.controller_behind``: created in a burst), or while
+        the controller is down (``controller_down``; queued() draws it, CONTROLLER_DOWN_RATIO). The controller
+        answers at controller_catches_up(): Resumed at that time over a Suspended=True condition, and no
+        Suspended condition at all for a job it never saw suspended (kubeflow/trainer v2.3.0
+        setSuspendedCondition)."""
         job = rec.job
         if job is None or not job.suspend or controller.finished(job.conditions):
             return
@@ -170,6 +189,18 @@ class JobActions(MultiKueueEvents):
         if rec.slot < 0:
             return
         job.suspend = False
+        if controller_down or rec.controller_behind:
+            rec.controller_behind = True
+            return
+        self._settle(rec, jobset_pass=False)
+        self._schedule_deadline(rec)
+
+    def controller_catches_up(self, rec: JobRecord) -> None:
+        """The Trainer controller reconciles a job it was behind on (its queue reached it, or it restarted):
+        the JobSet built or resumed, the Suspended condition as setSuspendedCondition has it now."""
+        if not rec.controller_behind:
+            return
+        rec.controller_behind = False
         self._settle(rec, jobset_pass=False)
         self._schedule_deadline(rec)
 

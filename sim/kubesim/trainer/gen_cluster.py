@@ -149,8 +149,8 @@ class ClusterEvents(StoreWrites):
             return FINISHED
         if rec.remote is not None or rec.job is None:
             return REMOTE
-        if job.suspend:
-            return SUSPENDED
+        if job.suspend or rec.controller_behind:
+            return SUSPENDED  # until the controller answers an admission, its JobSet stays suspended
         return RUNNING if training_ready(rec.runtime, job) else PENDING
 
     # -- child Jobs move on ----------------------------------------------------------------------------

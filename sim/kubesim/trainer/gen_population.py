@@ -56,6 +56,9 @@ class JobRecord:
     finished_at: float = 0.0  # clock() of its first terminal write (for min_delete_age)
     training: TrainingRun | None = None  # what its trainer reports (trainerStatus), once it runs
     deadline_token: int = 0  # bumped whenever its deadline may have moved (the deadline queue's entries)
+    # The Trainer controller has not reconciled the job since its last spec change: its queue has not reached
+    # it (a burst) or it is down (a restart). Kueue does not wait for it (gen_actions.admit).
+    controller_behind: bool = False
 
     @property
     def controlled(self) -> TrainJob | None:

@@ -54,6 +54,10 @@ class RuntimeCatalog:
         """Add ``choice``, replacing a runtime of the same key (a runtime loaded twice is adopted)."""
         self.runtimes = [rt for rt in self.runtimes if rt.key != choice.key] + [choice]
 
+    def remove(self, key: tuple[str, str, str]) -> None:
+        """Drop the runtime of ``key`` (deleted): no new TrainJob picks it."""
+        self.runtimes = [rt for rt in self.runtimes if rt.key != key]
+
     def reset_pickers(self) -> None:
         self._pickers.clear()
 

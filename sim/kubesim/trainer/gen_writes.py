@@ -18,8 +18,8 @@ from kubesim.apiserver.status import StoreError
 from kubesim.apiserver.storage.store import Store
 from kubesim.trainer.gen_population import JobRecord, Population
 from kubesim.trainer.gen_runtimes import RuntimeCatalog, runtime_documents
-from kubesim.trainer.kinds import TRAINJOBS
-from kubesim.trainer.shapes_runtimes import runtime_choice
+from kubesim.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
+from kubesim.trainer.shapes_runtimes import RuntimeChoice, runtime_choice
 from kubesim.trainer.truth import Truth
 
 # One logger for the whole generator, whichever module writes: tests and operators filter on this name.
@@ -80,6 +80,42 @@ class StoreWrites:
             self._add_runtime(resource, namespace, doc, weight=weight)
         self.catalog.reset_pickers()
         return [choice.ref_label for choice in self.catalog.runtimes]
+
+    def add_runtime(
+        self, doc: dict[str, Any], *, namespace: str | None = None, weight: float = 0.0
+    ) -> RuntimeChoice:
+        """Create one more runtime (a TrainingRuntime in ``namespace``, else a ClusterTrainingRuntime); with
+        ``weight`` 0 new TrainJobs reference it only when they name it."""
+        resource = TRAINING_RUNTIMES if namespace else CLUSTER_TRAINING_RUNTIMES
+        self._add_runtime(resource, namespace, doc, weight=weight)
+        self.catalog.reset_pickers()
+        return self.catalog.runtimes[-1]
+
+    def edit_runtime(self, choice: RuntimeChoice, replicated_jobs: list[dict[str, Any]]) -> RuntimeChoice:
+        """A user replaces the replicated jobs of a runtime in use: the Trainer's webhook accepts any edit of
+        a runtime (kubeflow/trainer v2.3.0 pkg/webhooks/trainingruntime_webhook.go ValidateUpdate). TrainJobs
+        created from now on are built from the edited runtime; the ones that exist keep the runtime they were
+        first reconciled with (``JobRecord.runtime``): the controller builds a job from its
+        ``<trainjob>-runtime-snapshot`` ConfigMap, not from the runtime (pkg/runtime/core/snapshot.go,
+        trainingruntime.go NewObjects), and never rebuilds an existing JobSet (plugins/jobset/jobset.go
+        Build)."""
+        resource = TRAINING_RUNTIMES if choice.namespace else CLUSTER_TRAINING_RUNTIMES
+        patch = {"spec": {"template": {"spec": {"replicatedJobs": replicated_jobs}}}}
+        stored = self.store.patch(resource, choice.namespace or None, choice.name, patch)
+        self.truth.runtime_written(stored)
+        edited = runtime_choice(stored, choice.weight)
+        self.catalog.adopt(edited)
+        self.catalog.reset_pickers()
+        return edited
+
+    def delete_runtime(self, choice: RuntimeChoice) -> None:
+        """A user deletes a runtime in use: nothing stops it (no finalizer), and its jobs run on, from their
+        runtime snapshots (see edit_runtime); no new job references it."""
+        resource = TRAINING_RUNTIMES if choice.namespace else CLUSTER_TRAINING_RUNTIMES
+        stored = self.store.delete(resource, choice.namespace or None, choice.name)
+        self.truth.runtime_deleted(stored)
+        self.catalog.remove(choice.key)
+        self.catalog.reset_pickers()
 
     def _add_runtime(
         self, resource: ResourceKind, namespace: str | None, doc: dict[str, Any], *, weight: float

@@ -55,7 +55,7 @@ class RuntimeChoice:
     name: str
     replicated_jobs: tuple[str, ...]  # names, in template order
     initializers: tuple[str, ...]  # replicated jobs labelled as an initializer step
-    training: frozenset[str]  # the training step: ancestor ``trainer``, MPI ``launcher`` and ``node``
+    training: frozenset[str]  # the training step: ancestor ``trainer``; MPI: ``launcher`` alone
     template: JobSetSpec  # the JobSet its template makes
     scaled_job: str | None  # the replicated job spec.trainer.numNodes sets (None: numNodes is ignored)
     launcher_as_node: bool  # MPI runLauncherAsNode: the launcher is a node, ``node`` gets numNodes-1
@@ -235,8 +235,9 @@ def runtime_choice(runtime: dict[str, Any], weight: float) -> RuntimeChoice:
     """What the controller makes of ``runtime`` (kubeflow/trainer v2.3.0):
 
     - training step: the replicated jobs labelled ancestor ``trainer`` (pkg/runtime/runtime.go
-      FindPodSetByAncestor), plus ``launcher`` and ``node`` under MPI (plugins/mpi/mpi.go runs mpirun from the
-      launcher on the ``node`` hosts); a runtime labelling none trains on ``node``/``launcher`` by name;
+      FindPodSetByAncestor); under MPI the ``launcher`` alone (plugins/mpi/mpi.go: it runs mpirun over the
+      ``node`` hosts, which only serve sshd, and dependsOn them Ready); a runtime labelling none trains on
+      ``node``/``launcher`` by name;
     - numNodes (pkg/runtime/core/trainingruntime.go newRuntimeInfo, then EnforceMLPolicy): the torch, jax,
       xgboost and plainml plugins set the ancestor-``trainer`` PodSet, MPI the PodSet named ``node`` (to
       numNodes-1, at least 1, with runLauncherAsNode); without such a PodSet numNodes changes nothing;
@@ -253,9 +254,7 @@ def runtime_choice(runtime: dict[str, Any], weight: float) -> RuntimeChoice:
     ml_policy = spec.get("mlPolicy") or {}
     mpi = ml_policy.get("mpi") if isinstance(ml_policy, dict) else None
     labelled = [name for name in names if steps.get(name) == TRAINER_STEP]
-    training = set(labelled)
-    if isinstance(mpi, dict):
-        training |= {name for name in names if name in (LAUNCHER, NODE)}
+    training = {LAUNCHER} if isinstance(mpi, dict) else set(labelled)
     if not training:
         training = {name for name in names if name in (NODE, LAUNCHER)} or {names[-1]}
     # The PodSet numNodes sets: MPI's ``node`` by name, else the first job labelled as the trainer.

@@ -69,6 +69,9 @@ class Truth:
         self.terminal: dict[str, FinishedJob] = {}
         self._current: dict[str, JobsKey] = {}  # uid -> gauge key of the job as last written
         self._refs: dict[str, str] = {}  # uid -> runtime_ref of a live job
+        # uid -> the training step of the runtime a job was created with (its runtime snapshot), once known
+        self.training: dict[str, frozenset[str]] = {}
+        self._queued: set[str] = set()  # jobs suspended since their creation: waiting for admission
         self.resource_version = 0
 
     # -- runtimes --------------------------------------------------------------------------------------
@@ -93,6 +96,10 @@ class Truth:
             namespace, str(meta.get("name", "")), ref, nodes, accelerators, malformed
         )
         self._refs[uid] = ref
+        if runtime is not None:
+            self.training[uid] = runtime.training
+        if self.classify(job)[0] == "suspended":
+            self._queued.add(uid)
         self.job_written(job)
 
     def job_written(self, job: Mapping[str, Any]) -> None:
@@ -123,15 +130,23 @@ class Truth:
     def _first_running_or_admitted(
         self, job: Mapping[str, Any], uid: str, namespace: str, ref: str, state: str
     ) -> None:
-        """docs/design/product.md §3, time to running: an admission (the Resumed condition) counts only before
-        the job first ran, and each of the two at most once per job."""
+        """docs/design/product.md §3 and docs/metrics.md: a job created suspended is admitted when it first
+        leaves ``suspended`` (the controller's Resumed condition, or, without one, spec.suspend going off)
+        before it ever ran, timed by the Resumed condition's lastTransitionTime when the job has one, else by
+        the writer's clock (no object records it); a job runs when a training-step Job is ready. Each at most
+        once per job."""
         name = str(as_dict(job.get("metadata")).get("name", ""))
-        if uid not in self.admitted and uid not in self.started:
-            resumed = resumed_condition(job)
-            if resumed is not None:
-                wait = since_creation(job, parse_time(resumed.get("lastTransitionTime")))
+        if uid in self._queued and state != "suspended":
+            self._queued.discard(uid)
+            if uid not in self.admitted and uid not in self.started:
+                resumed = resumed_condition(job)
+                by_clock = resumed is None
+                at = self.clock() if resumed is None else parse_time(resumed.get("lastTransitionTime"))
+                wait = since_creation(job, at)
                 if wait is not None:
-                    self.admitted[uid] = AdmittedJob(namespace, name, ref, wait, self.resource_version)
+                    self.admitted[uid] = AdmittedJob(
+                        namespace, name, ref, wait, self.resource_version, by_clock=by_clock
+                    )
         if state == "running" and uid not in self.started:
             startup = since_creation(job, self.clock())
             if startup is not None:
@@ -141,6 +156,8 @@ class Truth:
         """The TrainJob ``uid`` is gone from the store."""
         self.resource_version = max(self.resource_version, resource_version)
         self._refs.pop(uid, None)
+        self.training.pop(uid, None)
+        self._queued.discard(uid)
         self._move(uid, None)
 
     def _move(self, uid: str, key: JobsKey | None) -> None:
@@ -161,10 +178,21 @@ class Truth:
         self.resource_version = max(self.resource_version, rv)
 
     def training_of(self, job: Mapping[str, Any]) -> frozenset[str]:
-        """The training step of ``job``: its runtime's, as far as the truth was shown the runtime."""
+        """The training step of ``job``: that of its runtime as it was when the job was created (the
+        controller's runtime snapshot: an edit or a deletion of the runtime later does not change it), or,
+        for a job created before the truth was shown its runtime, its runtime's as soon as it is shown;
+        else the controller's naming."""
+        uid = str(as_dict(job.get("metadata")).get("uid", ""))
+        pinned = self.training.get(uid)
+        if pinned is not None:
+            return pinned
         key = runtime_ref_of(job)[1]
         facts = self.runtimes.get(key) if key is not None else None
-        return facts.training if facts is not None else FALLBACK_TRAINING
+        if facts is None:
+            return FALLBACK_TRAINING
+        if uid in self._refs:
+            self.training[uid] = facts.training
+        return facts.training
 
     def classify(self, job: Mapping[str, Any]) -> tuple[str, tuple[str, str, dict[str, Any]] | None]:
         """truth_rules.classify with ``job``'s training step."""
@@ -189,15 +217,21 @@ class Truth:
 
 
 def recount_jobs(
-    jobs: Iterable[Mapping[str, Any]], runtimes: Mapping[RuntimeKey, RuntimeFacts] | None = None
+    jobs: Iterable[Mapping[str, Any]],
+    runtimes: Mapping[RuntimeKey, RuntimeFacts] | None = None,
+    training_by_uid: Mapping[str, frozenset[str]] | None = None,
 ) -> dict[JobsKey, int]:
     """The trainjobs gauge recomputed from scratch over stored TrainJobs (for consistency checks), with
-    ``runtimes`` (the truth's) deciding each job's training step."""
+    ``training_by_uid`` (the truth's pinned steps), else ``runtimes`` (the truth's), deciding each job's
+    training step."""
     counts: Counter[JobsKey] = Counter()
     for job in jobs:
-        namespace = str(as_dict(job.get("metadata")).get("namespace", ""))
+        meta = as_dict(job.get("metadata"))
+        namespace = str(meta.get("namespace", ""))
         ref, key = runtime_ref_of(job)
         facts = (runtimes or {}).get(key) if key is not None else None
-        training = facts.training if facts is not None else FALLBACK_TRAINING
+        training = (training_by_uid or {}).get(str(meta.get("uid", "")))
+        if training is None:
+            training = facts.training if facts is not None else FALLBACK_TRAINING
         counts[(namespace, ref, classify(job, training)[0])] += 1
     return dict(counts)

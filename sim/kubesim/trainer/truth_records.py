@@ -61,15 +61,18 @@ class StartedJob:
 
 @dataclass(frozen=True, slots=True)
 class AdmittedJob:
-    """One TrainJob's first write with a Suspended=False/Resumed condition while not terminal and before it
-    ever ran: what ``kubeflow_trainer_trainjob_admission_wait_seconds`` should observe (the condition's
-    lastTransitionTime minus creationTimestamp)."""
+    """One TrainJob created suspended, at its first write out of ``suspended`` while not terminal and before
+    it ever ran: what ``kubeflow_trainer_trainjob_admission_wait_seconds`` should observe. ``wait_seconds``:
+    the Suspended=False/Resumed condition's lastTransitionTime minus creationTimestamp; ``by_clock``: the job
+    had no such condition (Kueue admitted it before the controller wrote any), so the writer's clock at that
+    write minus creationTimestamp, which an exporter reads later, by its watch latency."""
 
     namespace: str
     name: str
     runtime_ref: str
     wait_seconds: float
     resource_version: int
+    by_clock: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,9 +169,9 @@ def runtime_facts(runtime: Mapping[str, Any]) -> RuntimeFacts:
     """Node count, trainer container and training step of a (Cluster)TrainingRuntime object, read as the
     documents say the Trainer controller reads them (docs/design/trainer-domain.md §1-§3):
 
-    - training step: the replicated jobs labelled ancestor ``trainer``; under MPI also ``launcher`` and
-      ``node``; a runtime labelling none (not MPI) trains on ``node`` and ``launcher`` by name; a job labelled
-      as an initializer step never;
+    - training step: the replicated jobs labelled ancestor ``trainer``; under MPI the ``launcher`` alone (the
+      ``node`` workers serve sshd to its mpirun); a runtime labelling none (not MPI) trains on ``node`` and
+      ``launcher`` by name; a job labelled as an initializer step never;
     - nodes: the PodSet numNodes sets is the first job labelled ``trainer`` (MPI: the job named ``node``); its
       count without numNodes is mlPolicy.numNodes (default 1) when it carries the label and the runtime has
       an mlPolicy, else its template's parallelism (default 1), at least 1. A runtime with no such PodSet
@@ -240,8 +240,8 @@ def _training_step(jobs: list[dict[str, Any]], mpi: bool) -> frozenset[str]:
     names = {str(job.get("name")) for job in jobs if _ancestor(job) == TRAINER_STEP}
     initializers = {str(job.get("name")) for job in jobs if _ancestor(job) in INITIALIZER_STEPS}
     if mpi:
-        names |= {"launcher", "node"}
-    elif not names:
+        return frozenset({"launcher"})
+    if not names:
         names = set(FALLBACK_TRAINING)
     return frozenset(names - initializers)
 

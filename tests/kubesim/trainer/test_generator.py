@@ -32,7 +32,7 @@ def stored_jobs(store: Store) -> list[dict[str, Any]]:
 def assert_truth_matches_store(gen: WorkloadGenerator, store: Store) -> None:
     """The gauge truth equals a recount of the store; the counters agree with the per-uid records."""
     jobs = stored_jobs(store)
-    assert dict(gen.truth.jobs) == recount_jobs(jobs, gen.truth.runtimes)
+    assert dict(gen.truth.jobs) == recount_jobs(jobs, gen.truth.runtimes, gen.truth.training)
     snap = gen.snapshot()
     assert sum(snap.created.values()) == len(snap.requests)
     assert sum(snap.finished.values()) == len(snap.terminal)

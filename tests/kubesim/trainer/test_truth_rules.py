@@ -148,7 +148,7 @@ def test_requested_nodes_fallbacks() -> None:
 
 GPU2 = (("nvidia.com/gpu", 2),)
 TRAINER = frozenset({"node"})
-MPI = frozenset({"node", "launcher"})
+MPI = frozenset({"launcher"})  # mpirun runs in the launcher; the node workers serve sshd
 
 
 def test_runtime_facts_of_the_real_runtimes() -> None:
@@ -348,9 +348,12 @@ def test_only_the_training_step_makes_a_job_running() -> None:
     assert classify(job(status=downloading), TRAINER)[0] == "pending"
     assert classify(job(status=waiting), TRAINER)[0] == "pending"
     assert classify(job(status=training), TRAINER)[0] == "running"
-    # MPI: the `node` workers (not labelled trainer on the built-in runtimes) train as well as the launcher.
+    # MPI: the `node` workers ready serve sshd; the launcher's mpirun trains, once it is ready (JobSet
+    # creates it only after every worker is ready: jobset v0.12.0 depends_on.go).
     workers = status(node={"active": 1, "ready": 1}, launcher={})
-    assert classify(job(status=workers), MPI)[0] == "running"
+    assert classify(job(status=workers), MPI)[0] == "pending"
+    launcher = status(node={"active": 1, "ready": 1}, launcher={"active": 1, "ready": 1})
+    assert classify(job(status=launcher), MPI)[0] == "running"
     # A runtime not known: the controller's naming, node and launcher.
     assert classify(job(status=downloading))[0] == "pending"
     assert classify(job(status=training))[0] == "running"
