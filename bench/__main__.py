@@ -1,7 +1,7 @@
 """``python -m bench [--quick] [--output DIR] [--only P1,P5,...] [--reps N] [--strict] [--p8-jobs N]
 [--plot]``
 
-Runs the performance scenarios of issue #6 against the simulated cluster (and a replay server for the watch
+Runs the performance scenarios (P1-P9) against the simulated cluster (and a replay server for the watch
 firehose), each in its own process, and writes ``benchmarks.md`` and ``benchmarks.json`` into ``--output``
 (default: docs/ for a full run of every scenario; a new temporary directory for ``--quick`` or ``--only``,
 whose report must not replace the full one in docs/). ``--quick``: small sizes, one repetition, never fails
