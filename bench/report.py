@@ -328,7 +328,7 @@ def _fmt(value: float, row: Row) -> str:
 def write(
     res: Results, out_dir: Path, meta: dict[str, Any], plots: list[Path] | None = None
 ) -> tuple[Path, Path, list[str]]:
-    """``plots``: PNGs drawn into ``out_dir`` (``--plot``), linked by file name below the table."""
+    """``plots``: PNGs drawn under ``out_dir`` (``--plot``), linked by their path from it below the table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     prose = written_part(DOCS_REPORT.read_text(encoding="utf-8")) if DOCS_REPORT.exists() else ""
     misses: list[str] = []
@@ -362,10 +362,10 @@ def write(
             f"| {row.pid} | {row.what} | {_fmt(fig.median, row)} | {_fmt(fig.min, row)} "
             f"| {_fmt(fig.max, row)} | {row.unit} | {target} | {verdict} |"
         )
-    if plots:  # relative names: the PNGs sit beside benchmarks.md
+    if plots:  # relative paths: the PNGs sit under the report's directory
         lines += ["", "Plots (`--plot`):"]
         for path in plots:
-            lines += ["", f"![{path.stem}]({path.name})"]
+            lines += ["", f"![{path.stem}]({path.relative_to(out_dir).as_posix()})"]
     lines += ["", "Run details: `" + json.dumps(res.notes, default=str) + "`", ""]
     if prose:
         lines += [prose]

@@ -72,3 +72,11 @@ def test_the_written_part_starts_at_the_first_second_level_heading() -> None:
         "## How\n\ntext\n\n## Scale\nmore\n"
     )
     assert report.written_part("# Benchmarks\n\n| table |\n") == ""
+
+
+def test_plots_are_linked_by_their_path_from_the_report(tmp_path: Path) -> None:
+    """``--plot`` draws under img/, as docs/ keeps its images, so the links of a report written into docs/
+    point at docs/img/."""
+    plot = tmp_path / "img" / "bench-memory.png"
+    md, _, _ = report.write(p1_results(40_000, 50_000, 80_000, 5_000), tmp_path, META, [plot])
+    assert "\n![bench-memory](img/bench-memory.png)\n" in md.read_text(encoding="utf-8")
