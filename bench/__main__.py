@@ -1,16 +1,16 @@
 """``python -m bench [--quick] [--output DIR] [--only P1,P5,...] [--reps N] [--strict] [--p8-jobs N]
 [--plot]``
 
-Runs the performance scenarios of issue #6 against the simulated cluster (and a replay server for the watch
+Runs the performance scenarios (P1-P9) against the simulated cluster (and a replay server for the watch
 firehose), each in its own process, and writes ``benchmarks.md`` and ``benchmarks.json`` into ``--output``
 (default: docs/ for a full run of every scenario; a new temporary directory for ``--quick`` or ``--only``,
 whose report must not replace the full one in docs/). ``--quick``: small sizes, one repetition, never fails
 on a target (CI smoke test).
 P8 (bench/p8.py) runs 1,000,000 TrainJobs in full mode (1,000 quick); ``--p8-jobs N`` sets another size.
-``--strict``: exit 1 when a target is missed (full mode only). ``--plot``: also draw PNGs into ``--output``
-(bench/plot.py: memory, sync time and scrape p99 against TrainJobs, P5's stall distribution), linked from
-benchmarks.md; the size sweep's points are the small cluster, a ~10k one (``scenarios.mid_cluster``), the big
-cluster and P8's paginated LIST, as far as those steps ran.
+``--strict``: exit 1 when a target is missed (full mode only). ``--plot``: also draw PNGs into img/ of
+``--output`` (bench/plot.py: memory, sync time and scrape p99 against TrainJobs, P5's stall distribution),
+linked from benchmarks.md; the size sweep's points are the small cluster, a ~10k one
+(``scenarios.mid_cluster``), the big cluster and P8's paginated LIST, as far as those steps ran.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--plot",
         action="store_true",
-        help="draw PNGs into --output (matplotlib) and link them from the report",
+        help="draw PNGs into --output/img (matplotlib) and link them from the report",
     )
     args = p.parse_args(argv)
 
@@ -142,7 +142,8 @@ def _plot(res: scenarios.Results, out_dir: Path, meta: dict[str, Any]) -> list[P
 
     try:
         figures = {k: f.as_dict() for k, f in res.figures.items()}
-        written = plot.draw(res.notes, figures, out_dir, subtitle=plot.subtitle(meta))
+        # Beside the report, under img/ as docs/ keeps its images.
+        written = plot.draw(res.notes, figures, out_dir / "img", subtitle=plot.subtitle(meta))
     except Exception as exc:  # e.g. matplotlib missing (it comes with the project's test extra)
         print(f"bench: no plots: {exc!r}")
         return []

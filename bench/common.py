@@ -237,12 +237,3 @@ async def wait_http(url: str, timeout: float, *, interval: float = 0.01) -> floa
                 pass
             await asyncio.sleep(interval)
     raise TimeoutError(f"{url} not 200 within {timeout}s")
-
-
-def print_medians(rows: dict[str, list[float]]) -> None:
-    """A diagnostic tool's result on stdout, as JSON: each row's median and its runs, rounded to 3 places."""
-    summary = {
-        name: {"median": round(statistics.median(r), 3), "runs": [round(x, 3) for x in r]}
-        for name, r in rows.items()
-    }
-    print(json.dumps(summary, indent=2))

@@ -191,10 +191,10 @@ def _stalls(hist_ax: Any, tail_ax: Any, stalls: Mapping[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.plot", description="Redraw a saved run's plots.")
     p.add_argument("json", type=Path, help="a benchmarks.json written by python -m bench")
-    p.add_argument("--output", type=Path, default=None, help="directory (default: the JSON's)")
+    p.add_argument("--output", type=Path, default=None, help="directory (default: img/ beside the JSON)")
     args = p.parse_args(argv)
     run = json.loads(args.json.read_text(encoding="utf-8"))
-    out = args.output or args.json.parent
+    out = args.output or args.json.parent / "img"  # where python -m bench --plot draws them
     written = draw(run.get("notes", {}), run.get("figures", {}), out, subtitle=subtitle(run))
     print("plots: " + (", ".join(str(w) for w in written) or "none (no data)"))
     return 0
