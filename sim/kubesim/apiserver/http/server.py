@@ -125,7 +125,9 @@ class SimServer:
         info = self._route(request)
         if info is None:
             info = RequestInfo(request.method, request.path, None, None, None, None, False)
-        denied = self.faults.check_auth(request.headers.get("Authorization"))
+        denied = self.faults.check_auth(
+            request.headers.get("Authorization")
+        ) or self.faults.check_authorization(info)
         if denied is not None:
             return fault_response(denied)
         fault = await self.faults.before_request(info)
