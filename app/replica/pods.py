@@ -169,7 +169,7 @@ class PodSeriesFeature:
             )
 
         scopes: list[str | None] = list(self._namespaces) or [None]
-        self.pod_watches = [PodWatch(client, ns, informer) for ns in scopes]
+        self.pod_watches = [PodWatch(client, ns, informer, recheck=RECHECK_INTERVAL) for ns in scopes]
         return self.pod_watches
 
     def statuses(self) -> dict[str, str]:
