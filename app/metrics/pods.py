@@ -421,7 +421,7 @@ class PodSeriesTelemetry:
         yield pods
         yield GaugeMetricFamily(
             "trainer_metrics_pod_series_max_pods",
-            "The cap on pods with a kubeflow_trainer_trainjob_pod_info series (pod_series_max_pods).",
+            "The cap on pods with a per-pod info series of the pod series (pod_series_max_pods).",
             value=self._series.max_pods,
         )
         yield watch_status_family(self._watch_statuses())

@@ -384,7 +384,11 @@ def test_self_telemetry_reports_pods_and_the_watch_status() -> None:
     s.pods.on_added(pod("b"), True)
     registry = CollectorRegistry()
     registry.register(PodSeriesTelemetry(s.series, lambda: {"": "forbidden"}))
-    values = {(n, lab): v for n, lab, v in samples(generate_latest(registry))}
+    text = generate_latest(registry)
+    # Every replica serves it: a follower's /metrics must never name a Trainer series (how tests and
+    # operators tell the exporting replica).
+    assert b"kubeflow_trainer_" not in text
+    values = {(n, lab): v for n, lab, v in samples(text)}
     assert values[("trainer_metrics_pod_series_pods", (("status", "exported"),))] == 1
     assert values[("trainer_metrics_pod_series_pods", (("status", "over_cap"),))] == 1
     assert values[("trainer_metrics_pod_series_max_pods", ())] == 1
