@@ -128,6 +128,7 @@ class PodSeries:
         self._devices: dict[JobKey, dict[str, int]] = {}  # per job, per class label
         self._attempts: dict[JobKey, dict[int, int]] = {}  # per job, restart attempt -> pods
         self._classes: set[str] = set()
+        self._implausible: set[str] = set()  # pods whose device counts were not believed (counted once)
         self._cap_logged = False
 
     # --- what the self-telemetry and /debug read -------------------------------------------------------
@@ -206,6 +207,7 @@ class PodSeries:
     def pod_deleted(self, last: PodProjection) -> None:
         key = last.key
         self._pods.pop(key, None)
+        self._implausible.discard(key)
         self._unindex(key, (last.namespace, last.jobset))
         if self._update_share(key, None):
             self._changed()
@@ -240,8 +242,10 @@ class PodSeries:
             info = (pod.namespace, pod.jobset, pod.name, pod.node, pod.replicated_job, job.runtime_ref)
         devices = pod.devices
         if pod.implausible:
-            if self._on_limit is not None:
-                self._on_limit(REQUESTED_QUANTITY_LIMIT)
+            if pod.key not in self._implausible:  # one limit hit per pod, not per event of it
+                self._implausible.add(pod.key)
+                if self._on_limit is not None:
+                    self._on_limit(REQUESTED_QUANTITY_LIMIT)
             devices = ()
         return _Share(key, info, devices, pod.restart_attempt)
 

@@ -311,10 +311,12 @@ def test_accelerator_classes_beyond_the_cap_are_other() -> None:
 def test_implausible_device_counts_count_nothing_and_are_counted() -> None:
     s = Setup()
     s.jobs.on_added(trainjob(), True)
-    s.pods.on_added(pod("a", gpus="1e300"), True)
+    a = pod("a", gpus="1e300")
+    s.pods.on_added(a, True)
+    s.pods.on_updated(a, pod("a", gpus="1e300", rv="11", attempt="1"))
     assert s.values(ALLOCATED) == {}
     assert set(s.values(INFO)) == {info("a")}
-    assert Limit.REQUESTED_QUANTITY.value in s.limits
+    assert s.limits == [Limit.REQUESTED_QUANTITY.value]  # once per pod, not per event
 
 
 def test_names_that_cannot_be_label_values_get_no_info_series() -> None:
