@@ -10,6 +10,7 @@ self-telemetry, everything else working, picked up once allowed.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from app.replica import pods as replica_pods
 from app.trainer.kinds import TRAINJOBS
 from kubesim.apiserver.core import PODS
 from kubesim.trainer.cluster import SimulatedCluster
-from tests.support.harness import JOBS, Samples, cluster_ref, replica, trainjob_manifest
+from tests.support.harness import JOBS, Samples, cluster_ref, replica, rfc3339, trainjob_manifest
 from tests.support.waiting import eventually
 
 NS = "team-a"
@@ -112,7 +113,9 @@ async def test_pod_series_follow_the_pods_of_each_trainjob(sim: SimulatedCluster
     create_pod(sim, "llama-node-0-1", node="gpu-2", gpus=4, attempt=1)
     create_pod(sim, "llama-node-0-2", phase="Pending")  # not bound yet
     create_pod(sim, "llama-node-0-old", node="gpu-3", phase="Failed", attempt=0)  # before the restart
-    create_pod(sim, "mistral-node-0-0", job="mistral", node="gpu-4", attempt=7)  # no such TrainJob
+    # A pod of a mistral TrainJob deleted before this test: no such TrainJob now.
+    create_pod(sim, "mistral-old", job="mistral", node="gpu-4", attempt=9)
+    created = sim.store.get(PODS, NS, "mistral-old")["metadata"]["creationTimestamp"]
     create_pod(sim, "plain", job=None, node="gpu-5")  # not a JobSet's: the selector leaves it out
     async with replica(kubeconfig, "pods-a", leader_election=False, debug_endpoints=True) as r:
 
@@ -146,8 +149,11 @@ async def test_pod_series_follow_the_pods_of_each_trainjob(sim: SimulatedCluster
 
         await eventually(moved, timeout=15, what="the series after a bind and a failure")
 
-        # The mistral TrainJob arrives: its pod joins it. Then llama is deleted: its series go.
+        # A new mistral TrainJob (a later second than the old pod: timestamps have whole seconds) and its
+        # pod: the old pod, created before it, is not its. Then llama is deleted: its series go.
+        await eventually(lambda: rfc3339(time.time()) > created, timeout=3, what="the next second")
         sim.store.create(TRAINJOBS, NS, trainjob_manifest("mistral"))
+        create_pod(sim, "mistral-node-0-0", job="mistral", node="gpu-4", attempt=7)
         sim.store.delete(TRAINJOBS, NS, "llama")
 
         async def swapped() -> bool:
@@ -155,9 +161,12 @@ async def test_pod_series_follow_the_pods_of_each_trainjob(sim: SimulatedCluster
             trainjobs = {
                 dict(labels)["trainjob"] for name in (INFO, ALLOCATED, RESTARTS) for labels in of(s, name)
             }
-            return trainjobs == {"mistral"} and of(s, RESTARTS) == {
-                tuple(sorted({"namespace": NS, "trainjob": "mistral"}.items())): 7.0
-            }
+            pods = {dict(labels)["pod"] for labels in of(s, INFO)}
+            return (
+                trainjobs == {"mistral"}
+                and pods == {"mistral-node-0-0"}
+                and of(s, RESTARTS) == {tuple(sorted({"namespace": NS, "trainjob": "mistral"}.items())): 7.0}
+            )
 
         await eventually(swapped, timeout=15, what="mistral's series only")
 
