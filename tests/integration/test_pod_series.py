@@ -135,9 +135,7 @@ async def test_pod_series_follow_the_pods_of_each_trainjob(sim: SimulatedCluster
         assert snapshot["pods"]["no_trainjob"] == 1 and snapshot["pods"]["not_holding"] == 2
 
         # The pending pod is bound and runs; a running one fails: what the job holds follows.
-        obj = sim.store.get(PODS, NS, "llama-node-0-2")
-        obj["spec"]["nodeName"] = "gpu-6"
-        sim.store.update(PODS, NS, obj)
+        sim.store.bind_pod(NS, "llama-node-0-2", {"target": {"kind": "Node", "name": "gpu-6"}})
         set_phase(sim, "llama-node-0-1", "Failed")
 
         async def moved() -> bool:

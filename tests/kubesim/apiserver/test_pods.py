@@ -135,3 +135,50 @@ async def test_pods_are_in_discovery_with_their_status_subresource(
         await client.CoreV1Api(api).read_namespaced_pod("absent", "team1")
     except ApiException as exc:
         assert exc.status == 404
+
+
+async def test_binding_assigns_a_node_once(sim: SimulatedCluster, http: aiohttp.ClientSession) -> None:
+    # pkg/registry/core/pod/storage BindingREST: what the scheduler POSTs to pods/<name>/binding.
+    sim.store.create(PODS, "team1", pod("p", node=""))
+    url = f"{sim.url}/api/v1/namespaces/team1/pods/p/binding"
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p"},
+        "target": {"kind": "Node", "name": "n7"},
+    }
+    async with http.post(url, json=binding) as resp:
+        assert resp.status == 201
+        assert orjson.loads(await resp.read())["status"] == "Success"
+    assert sim.store.get(PODS, "team1", "p")["spec"]["nodeName"] == "n7"
+    async with http.post(url, json={**binding, "target": {"kind": "Node", "name": "n8"}}) as resp:
+        assert resp.status == 409
+        status = orjson.loads(await resp.read())
+    assert (
+        status["message"]
+        == 'Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n7"'
+    )
+    async with http.post(url, json={**binding, "target": {"kind": "Pod", "name": "x"}}) as resp:
+        assert resp.status == 422
+    async with http.post(f"{sim.url}/api/v1/namespaces/team1/pods/absent/binding", json=binding) as resp:
+        assert resp.status == 404
+
+
+async def test_a_pods_spec_is_immutable_but_for_images(sim: SimulatedCluster, api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_pod("team1", pod("p", node=""))
+    stored = sim.store.get(PODS, "team1", "p")
+    stored["spec"]["nodeName"] = "n1"  # binding is the way to a node, not an update
+    try:
+        await core.replace_namespaced_pod("p", "team1", stored)
+        raise AssertionError("the update was accepted")
+    except ApiException as exc:
+        assert exc.status == 422
+        assert "pod updates may not change fields other than" in orjson.loads(exc.body)["message"]
+    stored = sim.store.get(PODS, "team1", "p")
+    stored["spec"]["containers"][0]["image"] = "pytorch:2"
+    stored["metadata"]["labels"] = {"relabelled": "yes"}
+    updated = await core.replace_namespaced_pod("p", "team1", stored)
+    assert updated.spec.containers[0].image == "pytorch:2" and updated.metadata.labels == {
+        "relabelled": "yes"
+    }

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from kubesim.apiserver.core import PODS
 from kubesim.apiserver.http.faults import Faults, RequestInfo
 from kubesim.apiserver.http.list_options import parse_bool, parse_list_options
 from kubesim.apiserver.http.negotiation import negotiate
@@ -159,6 +160,10 @@ class SimServer:
             if method == "DELETE":
                 return await self.writes.delete_collection(request, info)
             return method_not_allowed()
+        if info.subresource == "binding" and info.resource.coordinates == PODS.coordinates:
+            if method != "POST":
+                return method_not_allowed()
+            return await self.writes.bind(request, info)
         if info.subresource not in (None, "status"):
             return not_found_response()
         schema = self.store.schema(info.resource)
