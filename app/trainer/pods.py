@@ -39,7 +39,6 @@ class PodProjection(msgspec.Struct, frozen=True, gc=False):
     uid: str
     resource_version: str
     namespace: str  # interned
-    name: str
     jobset: str  # the jobset-name label: its TrainJob's name ("" when absent)
     replicated_job: str  # the replicatedjob-name label ("" when absent)
     restart_attempt: int | None  # the restart-attempt label (None when absent or not JobSet's integer)
@@ -51,6 +50,11 @@ class PodProjection(msgspec.Struct, frozen=True, gc=False):
     # state.terminated.reason of the first container that ended with a non-zero exit code (OOMKilled, Error)
     container_reason: str = ""
     flags: int = 0  # MALFORMED | IMPLAUSIBLE
+
+    @property
+    def name(self) -> str:
+        # Derived rather than stored: a string (~70 B) less per pod.
+        return self.key[len(self.namespace) + 1 :] if self.namespace else self.key
 
     @property
     def holds_node(self) -> bool:
@@ -167,7 +171,6 @@ def build_pod(
         uid=uid,
         resource_version=rv,
         namespace=ns,
-        name=name,
         jobset=jobset_name,
         replicated_job=replicated_job,
         restart_attempt=attempt,
