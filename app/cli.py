@@ -66,6 +66,7 @@ _SECTIONS: dict[str, str] = {
     "watch_timeout_min_seconds": "informers and limits",
     "zero_hold_seconds": "counting and hand-over",
     "per_trainjob_series": "per-TrainJob series",
+    "pod_series": "pod series",
     "simulate": "simulated cluster",
 }
 

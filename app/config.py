@@ -329,6 +329,21 @@ class Settings(BaseSettings):
         "ones are counted as skipped.",
     )
 
+    # --- Pod series (docs/metrics.md, "The pods behind each TrainJob") -------------------------
+    pod_series: bool = Field(
+        default=True,
+        description="Watch the pods of JobSets (label jobset.sigs.k8s.io/jobset-name) and export, per "
+        "TrainJob, its pods bound to a node (pod_info), the accelerators they hold and its JobSet restarts. "
+        "Needs get/list/watch on pods; without it the pod series are off and everything else works.",
+    )
+    pod_series_max_pods: int = Field(
+        default=50_000,
+        ge=0,
+        le=1_000_000,
+        description="Pods with a kubeflow_trainer_trainjob_pod_info series at most; further ones are counted "
+        'in trainer_metrics_pod_series_pods{status="over_cap"} and limit_hits, and logged once.',
+    )
+
     # --- Simulated cluster -------------------------------------------------------------------
     # Its workload is configured apart, by sim/kubesim/trainer/settings.py (TRAINER_METRICS_SIM_*).
     simulate: bool = Field(default=False, description="Start the embedded simulated cluster and watch it.")

@@ -73,6 +73,8 @@ FLAG_SAMPLE: dict[str, list[str]] = {
     "per_trainjob_namespaces": ["--per-trainjob-namespaces", "team-a"],
     "per_trainjob_max_jobs": ["--per-trainjob-max-jobs", "250"],
     "per_trainjob_max_trainer_metrics": ["--per-trainjob-max-trainer-metrics", "4"],
+    "pod_series": ["--no-pod-series"],
+    "pod_series_max_pods": ["--pod-series-max-pods", "250"],
     "simulate": ["--simulate"],
 }
 EXPECTED: dict[str, Any] = {

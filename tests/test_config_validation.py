@@ -78,6 +78,10 @@ BAD_VALUES = [
     ("MAX_OBJECT_BYTES", str(1 << 30), "less than or equal to 268435456"),
     ("HANDOVER_JOURNAL_SIZE", str(10**9), "less than or equal to 10000000"),
     ("TERMINAL_PAGE_MAX", str(10**9), "less than or equal to 100000"),
+    # pod series
+    ("POD_SERIES", "sometimes", "valid boolean"),
+    ("POD_SERIES_MAX_PODS", "-1", "greater than or equal to 0"),
+    ("POD_SERIES_MAX_PODS", str(10**7), "less than or equal to 1000000"),
 ]
 
 
@@ -126,6 +130,15 @@ def test_good_values_at_the_bounds() -> None:
     assert s.probe_port is None
     assert Settings(probe_port="0").probe_port == 0
     assert Settings(namespaces="").namespaces == []
+
+
+def test_pod_series_are_on_by_default_and_the_env_turns_them_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().pod_series is True
+    assert Settings().pod_series_max_pods == 50_000
+    monkeypatch.setenv(ENV_PREFIX + "POD_SERIES", "false")
+    monkeypatch.setenv(ENV_PREFIX + "POD_SERIES_MAX_PODS", "0")
+    s = Settings()
+    assert (s.pod_series, s.pod_series_max_pods) == (False, 0)
 
 
 # ---------------------------------------------------------------------------------------------- kubeconfig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -75,6 +76,27 @@ class RememberedSizes(BaseModel):
     )
 
 
+class PodWatchStatus(BaseModel):
+    namespace: str = Field(description="The namespace watched; empty: all namespaces.")
+    status: Literal["checking", "watching", "forbidden", "absent", "off"] = Field(
+        description="checking: access not known yet; watching; forbidden: RBAC denies listing pods; absent: "
+        "the API server serves no pods; off: pod_series is false. Forbidden or absent: no pod series, "
+        "everything else works (readiness is not affected)."
+    )
+    reason: str = Field(description="The API server's refusal while forbidden or absent, else empty.")
+    informer: InformerStatus | None = Field(description="The pods informer, once access is granted.")
+
+
+class PodSeriesStatus(BaseModel):
+    enabled: bool = Field(description="pod_series: the pods watch and the pod series are on.")
+    watches: list[PodWatchStatus]
+    pods: dict[str, int] = Field(
+        description="Pods of the watch by what they are to the pod series (exported, over_cap, "
+        "invalid_labels, not_holding, no_trainjob, older_than_trainjob, no_jobset_label)."
+    )
+    max_pods: int = Field(description="pod_series_max_pods: the cap on pods with a pod_info series.")
+
+
 class SnapshotResponse(BaseModel):
     runtimes: list[RuntimeEntry]
     informers: list[InformerStatus]
@@ -82,6 +104,7 @@ class SnapshotResponse(BaseModel):
     terminal_entries: int = Field(description="Entries in the terminal-dedup set.")
     unknown_runtime_refs: int = Field(description="Distinct references to runtimes not in the snapshot.")
     remembered: RememberedSizes
+    pods: PodSeriesStatus = Field(description="The pods watch and the pod series of this replica.")
 
 
 class TerminalEntry(BaseModel):

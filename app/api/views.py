@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from app.api.models import (
     InformerStatus,
     LeadershipResponse,
+    PodSeriesStatus,
+    PodWatchStatus,
     RememberedSizes,
     RuntimeEntry,
     SnapshotResponse,
@@ -16,6 +19,7 @@ from app.api.models import (
 )
 from app.handover.watermarks import parse_watermarks
 from app.kube.elector_api import ElectorStatus
+from app.kube.informer import Informer
 from app.replica.service import Service
 
 __all__ = ["InvalidContinueToken", "leadership", "snapshot", "terminal_page"]
@@ -49,17 +53,7 @@ def snapshot(service: Service) -> SnapshotResponse:
                 resource_version=r.resource_version,
             )
         )
-    informers = [
-        InformerStatus(
-            name=i.name,
-            synced=i.synced,
-            stale=i.stale,
-            objects=len(i),
-            resource_version=i.resource_version,
-            last_event_age_seconds=round(now - i.last_event, 3),
-        )
-        for i in service.informers
-    ]
+    informers = [_informer_status(i, now) for i in service.informers]
     return SnapshotResponse(
         runtimes=runtimes,
         informers=informers,
@@ -67,6 +61,39 @@ def snapshot(service: Service) -> SnapshotResponse:
         terminal_entries=service.state.terminal_count,
         unknown_runtime_refs=service.state.unknown_runtime_refs,
         remembered=remembered(service),
+        pods=pod_series(service, now),
+    )
+
+
+def _informer_status(informer: Informer[Any], now: float) -> InformerStatus:
+    return InformerStatus(
+        name=informer.name,
+        synced=informer.synced,
+        stale=informer.stale,
+        objects=len(informer),
+        resource_version=informer.resource_version,
+        last_event_age_seconds=round(now - informer.last_event, 3),
+    )
+
+
+def pod_series(service: Service, now: float) -> PodSeriesStatus:
+    pods = service.pods
+    watches = [
+        PodWatchStatus(
+            namespace=w.namespace or "",
+            status=w.status,
+            reason=w.reason,
+            informer=_informer_status(w.informer, now) if w.informer is not None else None,
+        )
+        for w in pods.pod_watches
+    ]
+    if not pods.enabled:
+        watches = [PodWatchStatus(namespace="", status="off", reason="", informer=None)]
+    return PodSeriesStatus(
+        enabled=pods.enabled,
+        watches=watches,
+        pods=pods.series.pod_statuses() if pods.enabled else {},
+        max_pods=pods.series.max_pods,
     )
 
 

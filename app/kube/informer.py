@@ -82,8 +82,11 @@ class Informer(Generic[T]):
         on_limit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         priority: LoopPriority | None = None,
+        label_selector: str | None = None,
     ) -> None:
-        """``priority``: work that ingestion defers to when it yields (app/kube/priority.py)."""
+        """``priority``: work that ingestion defers to when it yields (app/kube/priority.py).
+        ``label_selector``: only objects matching it are listed, watched and cached (client-go's
+        ``ListOptions.LabelSelector``, e.g. ``"app"`` for the objects that have the label ``app``)."""
         self.resource = resource
         self.namespace = namespace if resource.namespaced else None
         self.name = name or (f"{resource.plural}/{self.namespace}" if self.namespace else resource.plural)
@@ -113,6 +116,7 @@ class Informer(Generic[T]):
             streaming_list=opts.streaming_list,
             initial_events_timeout=opts.initial_events_timeout,
             priority=priority,
+            label_selector=label_selector,
         )
 
     async def run(self) -> None:

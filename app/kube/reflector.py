@@ -133,8 +133,12 @@ class Reflector(Generic[T]):
         streaming_list: bool | None = False,
         initial_events_timeout: float = 300.0,
         priority: LoopPriority | None = None,
+        label_selector: str | None = None,
     ) -> None:
+        """``label_selector``: sent with every LIST and watch (``labelSelector``): only the matching
+        objects are listed, watched and cached."""
         self._client = client
+        self._selector: dict[str, str] = {"labelSelector": label_selector} if label_selector else {}
         # Where ingestion yields: to urgent work (a scrape) when one is under way (priority.py).
         self._priority = priority if priority is not None else LoopPriority()
         self._path = path
@@ -257,7 +261,7 @@ class Reflector(Generic[T]):
         while True:
             items: dict[str, T] = {}
             unusable: set[str] = set()
-            base: dict[str, str] = {"limit": str(self._page_size)}
+            base: dict[str, str] = {"limit": str(self._page_size), **self._selector}
             query = dict(base)
             if rv:
                 # NotOlderThan lets the watch cache serve it; the server rejects RV together with continue,
@@ -345,6 +349,7 @@ class Reflector(Generic[T]):
             "watch": "true",
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(random.randint(lo, max(lo, hi))),
+            **self._selector,
         }
         rv = self._ingest.resource_version if sync_from is None else sync_from
         if rv:

@@ -41,6 +41,7 @@ class Limit(StrEnum):
     FAILURE_REASONS = "failure_reasons"  # well-formed failure reasons beyond the cap: "other"
     REQUESTED_QUANTITY = "requested_quantity"  # TrainJobs requesting above the ceilings: out of histograms
     HANDOVER_HISTORY = "handover_history"  # preempted jobs beyond what the Lease carries
+    POD_SERIES = "pod_series"  # pods beyond pod_series_max_pods: no pod_info series
 
 
 # A `*_created` series per counter doubles the self-telemetry series for no operational value (the

@@ -45,6 +45,7 @@ from app.metrics.telemetry import SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.replica.heap_trim import HeapTrimmer, load_malloc_trim
 from app.replica.informer_options import informer_options
+from app.replica.pods import PodSeriesFeature
 from app.trainer.events import CountableEvent
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 from app.trainer.projectors import (
@@ -81,10 +82,20 @@ class Service:
                 on_change=lambda: self.metric_state.extra_changed(),  # noqa: PLW0108
             )
             self.registry.register(PerJobTelemetry(self.per_job))
+        # The pod series (app/replica/pods.py): gauges exported with the Trainer metrics, like the above.
+        self.pods = PodSeriesFeature(
+            settings,
+            self.registry,
+            on_change=lambda: self.metric_state.extra_changed(),  # noqa: PLW0108
+            on_limit=self.telemetry.limit_hit,
+        )
         # The provider closes over self.state, built just below: runtime_info is read at render time only.
         self.metric_state = TrainerMetricState(
             runtime_provider=lambda: self.state.runtime_info(),  # noqa: PLW0108
-            extra_families=self.per_job.families if self.per_job is not None else (),
+            extra_families=(
+                *(self.per_job.families if self.per_job is not None else ()),
+                *self.pods.families,
+            ),
             zero_hold=settings.zero_hold_seconds,
             exemplars=settings.exemplars,
         )
@@ -166,6 +177,10 @@ class Service:
         self.informers = self._build_informers(self.client)
         for informer in self.informers:
             self._spawn(informer.run(), f"informer {informer.name}")
+        for watch in self.pods.watches(
+            self.client, informer_options(s), self.informer_telemetry, self.priority
+        ):
+            self._spawn(watch.run(), f"pods watch {watch.name}")
         self._spawn(self._housekeeping(), "housekeeping")
         if self._owns_process and s.heap_trim_interval_seconds > 0:
             trim = load_malloc_trim()
@@ -221,6 +236,7 @@ class Service:
         projector = self.trainjob_projector
         if self.per_job is not None:
             jobs = PerJobHandler(jobs, self.per_job)
+        jobs = self.pods.job_handler(jobs)
         self._trainjob_informers = [informer(TRAINJOBS, ns, projector, jobs) for ns in scopes]
         # ClusterTrainingRuntimes are cluster-scoped: a namespaced install (Roles only) cannot read them, and
         # an informer that is never allowed to list would never sync (never ready, never leading).

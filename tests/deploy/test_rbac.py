@@ -6,6 +6,7 @@ from .chart import FULLNAME, NAMESPACE, SERVICE_ACCOUNT, Rendered, RenderFn, ite
 
 TRAINER = "trainer.kubeflow.org"
 READ = ("get", "list", "watch")
+CORE = ""  # the core API group: pods, for the pod series (config.pod_series, on by default)
 CLUSTER = "*"  # the scope of a ClusterRole bound by a ClusterRoleBinding
 
 # (scope namespace or CLUSTER, apiGroup, resource, verb, resourceName or "*")
@@ -68,6 +69,7 @@ def test_default_all_namespaces(render: RenderFn) -> None:
     rendered = render()
     assert grants_of_service_account(rendered) == (
         expand(CLUSTER, TRAINER, ("trainjobs", "trainingruntimes", "clustertrainingruntimes"), READ)
+        | expand(CLUSTER, CORE, ("pods",), READ)
         | lease_grants()
     )
     cluster_roles = rendered.of_kind("ClusterRole")
@@ -77,8 +79,16 @@ def test_default_all_namespaces(render: RenderFn) -> None:
             "apiGroups": [TRAINER],
             "resources": ["trainjobs", "trainingruntimes", "clustertrainingruntimes"],
             "verbs": ["get", "list", "watch"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     ]
+
+
+def test_pod_series_off_grants_no_pods(render: RenderFn) -> None:
+    for values in ({}, {"watchNamespaces": ["team-a"]}):
+        rendered = render({**values, "config": {"pod_series": False}})
+        assert not {g for g in grants_of_service_account(rendered) if g[2] == "pods"}
+        assert rendered.env()["TRAINER_METRICS_POD_SERIES"] == "false"
 
 
 def test_lease_role_restricted_by_name_except_create(render: RenderFn) -> None:
@@ -115,6 +125,8 @@ def test_watch_namespaces_uses_roles_per_namespace(render: RenderFn) -> None:
         expand(CLUSTER, TRAINER, ("clustertrainingruntimes",), READ)
         | expand("team-a", TRAINER, ("trainjobs", "trainingruntimes"), READ)
         | expand("team-b", TRAINER, ("trainjobs", "trainingruntimes"), READ)
+        | expand("team-a", CORE, ("pods",), READ)
+        | expand("team-b", CORE, ("pods",), READ)
         | lease_grants()
     )
     assert rendered.env()["TRAINER_METRICS_NAMESPACES"] == "team-a,team-b"
@@ -126,6 +138,7 @@ def test_auth_adds_reviews_and_a_metrics_reader(render: RenderFn) -> None:
     rendered = render({"auth": {"enabled": True, "metricsReaderSubjects": subjects}})
     assert grants_of_service_account(rendered) == (
         expand(CLUSTER, TRAINER, ("trainjobs", "trainingruntimes", "clustertrainingruntimes"), READ)
+        | expand(CLUSTER, CORE, ("pods",), READ)
         | lease_grants()
         | {
             (CLUSTER, "authentication.k8s.io", "tokenreviews", "create", "*"),
@@ -197,6 +210,8 @@ def test_namespaced_install_has_no_cluster_scoped_rbac(render: RenderFn) -> None
         assert grants_of_service_account(rendered) == (
             expand("team-a", TRAINER, ("trainjobs", "trainingruntimes"), READ)
             | expand("team-b", TRAINER, ("trainjobs", "trainingruntimes"), READ)
+            | expand("team-a", CORE, ("pods",), READ)
+            | expand("team-b", CORE, ("pods",), READ)
             | lease_grants()
         )
         assert rendered.env()["TRAINER_METRICS_WATCH_CLUSTER_RUNTIMES"] == "false"
@@ -207,7 +222,9 @@ def test_namespaced_install_has_no_cluster_scoped_rbac(render: RenderFn) -> None
 def test_all_namespaces_without_cluster_runtimes(render: RenderFn) -> None:
     rendered = render({"watchClusterRuntimes": False})
     assert grants_of_service_account(rendered) == (
-        expand(CLUSTER, TRAINER, ("trainjobs", "trainingruntimes"), READ) | lease_grants()
+        expand(CLUSTER, TRAINER, ("trainjobs", "trainingruntimes"), READ)
+        | expand(CLUSTER, CORE, ("pods",), READ)
+        | lease_grants()
     )
 
 

@@ -73,6 +73,8 @@ CONFIG_SAMPLE: dict[str, Any] = {
     "per_trainjob_namespaces": ["team-a"],
     "per_trainjob_max_jobs": 250,
     "per_trainjob_max_trainer_metrics": 4,
+    "pod_series": False,
+    "pod_series_max_pods": 250,
     "simulate": True,
     "sim_jobs": 3,
     "sim_rate": 0.5,

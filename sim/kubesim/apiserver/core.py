@@ -1,5 +1,5 @@
-"""The built-in kinds the simulated cluster serves besides the Trainer CRDs: Namespace and Event (core/v1) and
-Lease (coordination.k8s.io/v1), with schemas written from their Go types (k8s.io/api).
+"""The built-in kinds the simulated cluster serves besides the Trainer CRDs: Namespace, Event and Pod
+(core/v1) and Lease (coordination.k8s.io/v1), with schemas written from their Go types (k8s.io/api).
 
 The schemas drive the same walks as a CRD's (pruning of unknown fields, typing, defaults: see
 :mod:`kubesim.apiserver.schema.schema`) and are published in /openapi/v2 and /openapi/v3, so kubectl explain
@@ -15,7 +15,11 @@ from kubesim.apiserver.resources import ResourceKind
 NAMESPACES: Final = ResourceKind("", "v1", "namespaces", "Namespace", namespaced=False)
 EVENTS: Final = ResourceKind("", "v1", "events", "Event", namespaced=True)
 LEASES: Final = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
-BUILTIN_RESOURCES: Final = (LEASES, NAMESPACES, EVENTS)
+PODS: Final = ResourceKind("", "v1", "pods", "Pod", namespaced=True)
+BUILTIN_RESOURCES: Final = (LEASES, NAMESPACES, EVENTS, PODS)
+# Built-in kinds whose status is written through their /status subresource only (pkg/registry/core/pod
+# storage: a pod's status is the kubelet's; a write of the pod itself keeps the stored status).
+STATUS_SUBRESOURCE: Final = frozenset((PODS,))
 
 # A new cluster has these (kube-apiserver's system namespaces controller creates them at start).
 SYSTEM_NAMESPACES: Final = ("default", "kube-node-lease", "kube-public", "kube-system")
@@ -128,10 +132,116 @@ EVENT_SCHEMA: Final[dict[str, Any]] = {
     },
 }
 
+# A Pod: the fields of PodSpec and PodStatus that clients of this cluster read, typed as in k8s.io/api
+# core/v1; every other field of those Go structs is kept as written (preserve-unknown-fields), not pruned: a
+# real apiserver knows them all, and this schema names only a part.
+_QUANTITY: Final = {"x-kubernetes-int-or-string": True}
+_RESOURCE_LIST: Final = {"type": "object", "additionalProperties": _QUANTITY}
+_CONTAINER: Final = {
+    "type": "object",
+    "required": ["name"],
+    "x-kubernetes-preserve-unknown-fields": True,
+    "properties": {
+        "name": _STRING,
+        "image": _STRING,
+        "resources": {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {"requests": _RESOURCE_LIST, "limits": _RESOURCE_LIST},
+        },
+        "restartPolicy": _STRING,  # init containers only: Always makes a sidecar
+    },
+}
+_CONTAINER_STATE: Final = {
+    "type": "object",
+    "properties": {
+        "waiting": {"type": "object", "properties": {"reason": _STRING, "message": _STRING}},
+        "running": {"type": "object", "properties": {"startedAt": _TIME}},
+        "terminated": {
+            "type": "object",
+            "required": ["exitCode"],
+            "properties": {
+                "exitCode": _INT32,
+                "signal": _INT32,
+                "reason": _STRING,
+                "message": _STRING,
+                "startedAt": _TIME,
+                "finishedAt": _TIME,
+                "containerID": _STRING,
+            },
+        },
+    },
+}
+_CONTAINER_STATUS: Final = {
+    "type": "object",
+    "required": ["name", "ready", "restartCount", "image", "imageID"],
+    "x-kubernetes-preserve-unknown-fields": True,
+    "properties": {
+        "name": _STRING,
+        "state": _CONTAINER_STATE,
+        "lastState": _CONTAINER_STATE,
+        "ready": {"type": "boolean"},
+        "restartCount": _INT32,
+        "image": _STRING,
+        "imageID": _STRING,
+    },
+}
+POD_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "Pod is a collection of containers that can run on a host.",
+    "properties": {
+        **_TYPE_META,
+        "spec": {
+            "type": "object",
+            "required": ["containers"],
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {
+                "containers": {"type": "array", "items": _CONTAINER},
+                "initContainers": {"type": "array", "items": _CONTAINER},
+                "nodeName": _STRING,
+                "restartPolicy": {"type": "string", "enum": ["Always", "OnFailure", "Never"]},
+                "schedulerName": _STRING,
+                "hostname": _STRING,
+                "subdomain": _STRING,
+            },
+        },
+        "status": {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {
+                "phase": {"type": "string", "enum": ["Pending", "Running", "Succeeded", "Failed", "Unknown"]},
+                "reason": _STRING,
+                "message": _STRING,
+                "hostIP": _STRING,
+                "podIP": _STRING,
+                "startTime": _TIME,
+                "qosClass": _STRING,
+                "conditions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["type", "status"],
+                        "properties": {
+                            "type": _STRING,
+                            "status": _STRING,
+                            "reason": _STRING,
+                            "message": _STRING,
+                            "lastTransitionTime": _TIME,
+                        },
+                    },
+                },
+                "containerStatuses": {"type": "array", "items": _CONTAINER_STATUS},
+                "initContainerStatuses": {"type": "array", "items": _CONTAINER_STATUS},
+            },
+        },
+    },
+}
+
 BUILTIN_SCHEMAS: Final[dict[ResourceKind, dict[str, Any]]] = {
     LEASES: LEASE_SCHEMA,
     NAMESPACES: NAMESPACE_SCHEMA,
     EVENTS: EVENT_SCHEMA,
+    PODS: POD_SCHEMA,
 }
 
 # Go struct names for decode errors ("json: cannot unmarshal ... into Go struct field LeaseSpec.spec.x").
@@ -143,6 +253,8 @@ GO_STRUCTS: Final[dict[str, str]] = {
     "Event.related": "ObjectReference",
     "Event.source": "EventSource",
     "Event.series": "EventSeries",
+    "Pod.spec": "PodSpec",
+    "Pod.status": "PodStatus",
 }
 
 # Table columns of the built-in kinds (pkg/printers/internalversion/printers.go), as (name, type, path).
@@ -155,6 +267,11 @@ PRINTER_COLUMNS: Final[dict[ResourceKind, list[dict[str, Any]]]] = {
         {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
+    PODS: [
+        {"name": "Status", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Node", "type": "string", "jsonPath": ".spec.nodeName", "priority": 1},
+    ],
     EVENTS: [
         {"name": "Last Seen", "type": "date", "jsonPath": ".lastTimestamp"},
         {"name": "Type", "type": "string", "jsonPath": ".type"},
@@ -164,4 +281,4 @@ PRINTER_COLUMNS: Final[dict[ResourceKind, list[dict[str, Any]]]] = {
     ],
 }
 
-SHORT_NAMES: Final[dict[ResourceKind, list[str]]] = {NAMESPACES: ["ns"], EVENTS: ["ev"]}
+SHORT_NAMES: Final[dict[ResourceKind, list[str]]] = {NAMESPACES: ["ns"], EVENTS: ["ev"], PODS: ["po"]}

@@ -46,7 +46,7 @@ async def test_aggregated_discovery(http: aiohttp.ClientSession) -> None:
     assert trainjobs["scope"] == "Namespaced" and trainjobs["subresources"][0]["subresource"] == "status"
     _, _, raw = await _get(http, "/api", AGGREGATED)
     core = orjson.loads(raw)["items"][0]["versions"][0]["resources"]
-    assert {r["resource"] for r in core} == {"namespaces", "events"}
+    assert {r["resource"] for r in core} == {"namespaces", "events", "pods"}
 
 
 async def test_not_acceptable(http: aiohttp.ClientSession) -> None:

@@ -1,8 +1,9 @@
 """Fault injection for the simulated cluster, driven from tests (``sim.faults``).
 
 Each fault targets requests by resource plural, HTTP method, path prefix and/or watch-ness. The server asks
-``before_request`` at the start of every request and ``watch_stall`` before every watch write; everything
-that acts on open streams goes through the server's ``WatchControl``.
+``check_auth`` and ``check_authorization`` (RBAC denials: ``deny``) then ``before_request`` at the start of
+every request and ``watch_stall`` before every watch write; everything that acts on open streams goes
+through the server's ``WatchControl``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,50 @@ def status_response(code: int, reason: str, message: str, retry_after: int | Non
     return FaultResponse(code, body, "application/json", headers)
 
 
+# The user the authorizer names in a denial: the exporter's service account, as the chart installs it.
+DENIED_USER = "system:serviceaccount:default:trainer-metrics"
+
+
+@dataclass(frozen=True, slots=True)
+class _Denial:
+    resource: str  # plural
+    namespace: str | None  # None: every namespace and the cluster scope
+    verbs: frozenset[str] | None  # None: every verb
+
+
+def request_verb(info: RequestInfo) -> str:
+    """The authorization verb of a resource request (k8s.io/apiserver pkg/endpoints/request
+    requestinfo.go)."""
+    method = info.method.upper()
+    if method in ("GET", "HEAD"):
+        if info.watch:
+            return "watch"
+        return "get" if info.name is not None else "list"
+    if method == "DELETE":
+        return "delete" if info.name is not None else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+
+
+def forbidden_response(info: RequestInfo, user: str = DENIED_USER) -> FaultResponse:
+    """The RBAC authorizer's 403 (k8s.io/apiserver pkg/endpoints/handlers/responsewriters errors.go
+    forbiddenMessage), e.g. ``pods is forbidden: User "..." cannot list resource "pods" in API group "" at
+    the cluster scope``."""
+    assert info.resource is not None
+    verb, plural, group = request_verb(info), info.resource.plural, info.resource.group
+    what = f"{plural}/{info.subresource}" if info.subresource else plural
+    named = f' "{info.name}"' if info.name is not None else ""
+    scope = f'in the namespace "{info.namespace}"' if info.namespace else "at the cluster scope"
+    message = (
+        f'{plural}{named} is forbidden: User "{user}" cannot {verb} resource "{what}" '
+        f'in API group "{group}" {scope}'
+    )
+    details: dict[str, str] = {"group": group, "kind": plural} if group else {"kind": plural}
+    if info.name is not None:
+        details = {"name": info.name, **details}
+    body = orjson.dumps(status_body(403, "Forbidden", message, details))
+    return FaultResponse(403, body, "application/json", {})
+
+
 class Faults:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -115,6 +160,7 @@ class Faults:
         self._request_stalls: list[_Stall] = []
         self._watch_stalls: list[_Stall] = []
         self._reset_rules: list[_ResetRule] = []
+        self._denials: list[_Denial] = []
         self._token: str | None = None
 
     def attach(self, control: WatchControl) -> None:
@@ -234,6 +280,32 @@ class Faults:
         that still send the old token get 401, like a rotated service-account token."""
         self._token = token
 
+    # -- authorization ----------------------------------------------------------------------
+    def deny(
+        self, resource: str, *, namespace: str | None = None, verbs: tuple[str, ...] | None = None
+    ) -> None:
+        """RBAC without a grant: requests for ``resource`` (plural), in ``namespace`` (None: everywhere),
+        with one of ``verbs`` (None: any) get the authorizer's 403 until ``allow`` (or ``clear``)."""
+        self._denials.append(_Denial(resource, namespace, frozenset(verbs) if verbs is not None else None))
+
+    def allow(self, resource: str) -> None:
+        """Lift every denial of ``resource``: a Role granted later."""
+        self._denials = [d for d in self._denials if d.resource != resource]
+
+    def check_authorization(self, info: RequestInfo) -> FaultResponse | None:
+        if not self._denials or info.resource is None:
+            return None
+        verb = request_verb(info)
+        for denial in self._denials:
+            if (
+                denial.resource == info.resource.plural
+                and (denial.namespace is None or denial.namespace == info.namespace)
+                and (denial.verbs is None or verb in denial.verbs)
+            ):
+                self.counters["forbidden"] += 1
+                return forbidden_response(info)
+        return None
+
     # -- hooks for the server ---------------------------------------------------------------
     def check_auth(self, authorization: str | None) -> FaultResponse | None:
         if self._token is None or authorization == f"Bearer {self._token}":
@@ -262,5 +334,6 @@ class Faults:
         """Remove every pending fault and release everything stalled (the token stays)."""
         self._failures.clear()
         self._reset_rules.clear()
+        self._denials.clear()
         self.release_requests()
         self.release_watches()

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from kubesim.apiserver.core import PODS
 from kubesim.apiserver.http.faults import Faults, RequestInfo
 from kubesim.apiserver.http.list_options import parse_bool, parse_list_options
 from kubesim.apiserver.http.negotiation import negotiate
@@ -125,7 +126,9 @@ class SimServer:
         info = self._route(request)
         if info is None:
             info = RequestInfo(request.method, request.path, None, None, None, None, False)
-        denied = self.faults.check_auth(request.headers.get("Authorization"))
+        denied = self.faults.check_auth(
+            request.headers.get("Authorization")
+        ) or self.faults.check_authorization(info)
         if denied is not None:
             return fault_response(denied)
         fault = await self.faults.before_request(info)
@@ -157,6 +160,10 @@ class SimServer:
             if method == "DELETE":
                 return await self.writes.delete_collection(request, info)
             return method_not_allowed()
+        if info.subresource == "binding" and info.resource.coordinates == PODS.coordinates:
+            if method != "POST":
+                return method_not_allowed()
+            return await self.writes.bind(request, info)
         if info.subresource not in (None, "status"):
             return not_found_response()
         schema = self.store.schema(info.resource)

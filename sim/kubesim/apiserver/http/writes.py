@@ -64,6 +64,14 @@ class WriteHandlers:
         )
         return object_response(obj, 201, rep, wopts)
 
+    async def bind(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        """POST pods/<name>/binding (what the scheduler sends): 201 and a Success Status."""
+        assert info.resource is not None and info.namespace is not None and info.name is not None
+        body = await read_body(request, self.store.schema(info.resource))
+        self.store.bind_pod(info.namespace, info.name, body, field_manager=field_manager(request))
+        success = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        return json_response(success, 201)
+
     async def update(
         self, request: web.Request, info: RequestInfo, rep: Representation
     ) -> web.StreamResponse:

@@ -5,7 +5,7 @@ namespace registry's defaults, before the one commit in :mod:`kubesim.apiserver.
 
 from __future__ import annotations
 
-from kubesim.apiserver.core import NAME_LABEL, NAMESPACE_FINALIZER, NAMESPACES
+from kubesim.apiserver.core import NAME_LABEL, NAMESPACE_FINALIZER, NAMESPACES, PODS
 from kubesim.apiserver.resources import ResourceKind
 from kubesim.apiserver.schema.validation import KindValidator, WriteOptions, serializable
 from kubesim.apiserver.status import FieldError, StoreError, already_exists, invalid, not_found
@@ -80,6 +80,10 @@ class StoreCreates(StoreCore):
         )
         if resource == NAMESPACES:
             namespace_defaults(new_obj)
+        elif resource == PODS:
+            # pkg/registry/core/pod/strategy.go PrepareForCreate: a new pod's status is the registry's:
+            # Pending (the kubelet writes the rest, through pods/status).
+            new_obj["status"] = {"phase": "Pending"}
         if validator is not None:
             validator.validate(new_obj, None)
         node = self._node(schema)

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from kubesim.apiserver.core import LEASES
+from kubesim.apiserver.core import LEASES, PODS
 from kubesim.apiserver.resources import ResourceKind
 from kubesim.apiserver.schema.validation import WriteOptions, serializable
 from kubesim.apiserver.status import (
@@ -25,6 +25,7 @@ from kubesim.apiserver.status import (
 from kubesim.apiserver.storage.apply import apply_config
 from kubesim.apiserver.storage.managed_fields import record_update
 from kubesim.apiserver.storage.patch import MERGING, apply_patch
+from kubesim.apiserver.storage.pods import bound, check_spec_update
 from kubesim.apiserver.storage.store_core import TRUSTED, Objs
 from kubesim.apiserver.storage.store_create import StoreCreates, bounded, name_required
 from kubesim.apiserver.storage.strategy import (
@@ -58,6 +59,13 @@ class StoreUpdates(StoreCreates):
         resource = self.served(resource)
         entry, _ = self._update(resource, namespace, own(obj), subresource, field_manager, opts or TRUSTED)
         return entry.copy()
+
+    def bind_pod(
+        self, namespace: str, name: str, binding: Any, *, field_manager: str = "kube-scheduler"
+    ) -> Obj:
+        """POST pods/<name>/binding: the pod bound to the binding's node (storage/pods.py ``bound``)."""
+        entry = self.get_entry(PODS, namespace, name)
+        return self.update(PODS, namespace, bound(entry.copy(), binding), field_manager=field_manager)
 
     def update_or_create(
         self,
@@ -246,6 +254,8 @@ class StoreUpdates(StoreCreates):
                 status=keep_status,
                 defaults=validator is None,
             )
+            if validator is not None and resource == PODS:
+                check_spec_update(entry.obj, new_obj)
         if validator is not None:
             validator.validate(new_obj, entry.obj)
         if subresource == "status":

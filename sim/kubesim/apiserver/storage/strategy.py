@@ -15,7 +15,7 @@ from typing import Any, Final
 import orjson
 
 from kubesim.apiserver import crds
-from kubesim.apiserver.core import PRINTER_COLUMNS, SHORT_NAMES
+from kubesim.apiserver.core import PRINTER_COLUMNS, SHORT_NAMES, STATUS_SUBRESOURCE
 from kubesim.apiserver.resources import ResourceKind
 from kubesim.apiserver.schema.validation import KindValidator, builtin_validator
 from kubesim.apiserver.status import bad_request
@@ -98,7 +98,7 @@ def resource_schemas(
                 resource=res,
                 api_version=res.api_version,
                 list_kind=res.list_kind,
-                status_subresource=False,
+                status_subresource=res in STATUS_SUBRESOURCE,
                 generation=False,
                 defaults=None,
                 typed=True,

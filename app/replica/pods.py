@@ -1,0 +1,181 @@
+"""The pod series of one replica: the pods watch (one per watched namespace, else one over all), its access
+check, and the series it feeds (app/metrics/pods.py), wired to the TrainJob informers' handler.
+
+Pods are optional: an exporter installed without get/list/watch on pods (403), or an API server that serves
+no pods (404), keeps everything else. The watch asks first (a LIST of one pod with the watch's label
+selector); refused, it says so in one log line, reports ``forbidden`` or ``absent`` in /debug/snapshot and in
+``trainer_metrics_pod_watch_status``, and asks again every ``recheck`` seconds (a Role granted later is
+picked up, and logged). The pods informers are not among the ones readiness and leadership wait for: a pods
+watch that is refused, or slow to sync, never makes a replica unready nor keeps it from leading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry
+
+from app.config import Settings
+from app.kube.client import ApiError, KubeClient
+from app.kube.informer import Informer, InformerOptions
+from app.kube.informer_telemetry import InformerTelemetry
+from app.kube.priority import LoopPriority
+from app.metrics.pods import PodJobHandler, PodSeries, PodSeriesHandler, PodSeriesTelemetry
+from app.trainer import rules
+from app.trainer.pods import PODS, PodProjection, PodProjector
+
+log = logging.getLogger(__name__)
+
+RECHECK_INTERVAL: Final = 60.0  # a refused pods watch asks again this often
+_RETRY_INTERVAL: Final = 5.0  # after an answer that says nothing (unreachable, 5xx, throttled)
+_REQUEST_TIMEOUT: Final = 10.0
+CHECKING: Final = "checking"
+WATCHING: Final = "watching"
+FORBIDDEN: Final = "forbidden"
+ABSENT: Final = "absent"
+OFF: Final = "off"
+
+
+class PodWatch:
+    """One scope's pods watch: its access checked, then its informer run until cancelled."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str | None,
+        make_informer: Callable[[str | None], Informer[PodProjection]],
+        *,
+        recheck: float = RECHECK_INTERVAL,
+    ) -> None:
+        self._client = client
+        self.namespace = namespace
+        self._make_informer = make_informer
+        self._recheck = recheck
+        self.status = CHECKING
+        self.reason = ""  # the refusal, while forbidden or absent
+        self.informer: Informer[PodProjection] | None = None  # built once access is granted
+
+    @property
+    def name(self) -> str:
+        return f"pods/{self.namespace}" if self.namespace else "pods"
+
+    async def run(self) -> None:
+        """Until cancelled: ask until the pods may be listed, then watch them."""
+        while (verdict := await self._check()) != WATCHING:
+            if verdict in (FORBIDDEN, ABSENT) and self.status != verdict:
+                log.warning(
+                    "pods watch %s: %s (%s): no pod series (pod_info, allocated_accelerators, restarts) "
+                    "for %s; everything else works. %s Asking again every %g s.",
+                    self.name,
+                    verdict,
+                    self.reason,
+                    f"namespace {self.namespace}" if self.namespace else "any namespace",
+                    "Grant get, list and watch on pods (the chart does; pod_series=false turns them off)."
+                    if verdict == FORBIDDEN
+                    else "This API server serves no pods.",
+                    self._recheck,
+                )
+                self.status = verdict
+            await asyncio.sleep(self._recheck if verdict in (FORBIDDEN, ABSENT) else _RETRY_INTERVAL)
+        if self.status in (FORBIDDEN, ABSENT):
+            log.info("pods watch %s: pods may be listed now: watching", self.name)
+        self.status, self.reason = WATCHING, ""
+        self.informer = self._make_informer(self.namespace)
+        await self.informer.run()
+
+    async def _check(self) -> str:
+        """WATCHING when the pods may be listed, FORBIDDEN or ABSENT, or CHECKING when the answer says
+        nothing about access (unreachable, throttled, a server error)."""
+        path = PODS.collection_path(self.namespace)
+        try:
+            await self._client.request_json(
+                "GET",
+                path,
+                query={"limit": "1", "labelSelector": rules.POD_SELECTOR},
+                timeout=_REQUEST_TIMEOUT,
+            )
+        except ApiError as exc:
+            if exc.status in (403, 404):
+                self.reason = f"{exc.status} {exc.reason}".strip()
+                return FORBIDDEN if exc.status == 403 else ABSENT
+            return CHECKING
+        except Exception:  # a bug here must not end the task: ask again
+            log.exception("pods watch %s: checking access failed", self.name)
+            return CHECKING
+        return WATCHING
+
+
+class PodSeriesFeature:
+    """The pod series of one replica (``pod_series``): their families for the Trainer exposition (leader
+    only), the handler that joins them to the TrainJobs, the pods watches, and their self-telemetry (every
+    replica). Off, it adds no family, no handler and no watch."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry,
+        *,
+        on_change: Callable[[], None],
+        on_limit: Callable[[str], None],
+    ) -> None:
+        self.enabled = settings.pod_series
+        self._namespaces = list(settings.namespaces)
+        self._on_limit = on_limit
+        self.series = PodSeries(
+            max_pods=settings.pod_series_max_pods,
+            max_accelerator_classes=settings.max_accelerator_classes,
+            on_change=on_change,
+            on_limit=on_limit,
+        )
+        self.projector = PodProjector(rules.AcceleratorMatcher(settings.accelerator_resource_patterns))
+        self.pod_watches: list[PodWatch] = []
+        registry.register(PodSeriesTelemetry(self.series, self.statuses))
+
+    @property
+    def families(self) -> tuple[Any, ...]:
+        return self.series.families if self.enabled else ()
+
+    def job_handler(self, inner: Any) -> Any:
+        """The TrainJob informers' handler, with the pod series told of each TrainJob (when on)."""
+        return PodJobHandler(inner, self.series) if self.enabled else inner
+
+    def watches(
+        self,
+        client: KubeClient,
+        options: InformerOptions,
+        telemetry: InformerTelemetry,
+        priority: LoopPriority,
+    ) -> list[PodWatch]:
+        """The pods watches to run (none when off): one per watched namespace, else one over all."""
+        if not self.enabled:
+            return []
+        handler = PodSeriesHandler(self.series)
+
+        def informer(namespace: str | None) -> Informer[PodProjection]:
+            return Informer(
+                client,
+                PODS,
+                namespace,
+                self.projector,
+                handler,
+                options=options,
+                telemetry=telemetry,
+                on_limit=self._on_limit,
+                priority=priority,
+                label_selector=rules.POD_SELECTOR,
+            )
+
+        scopes: list[str | None] = list(self._namespaces) or [None]
+        self.pod_watches = [PodWatch(client, ns, informer, recheck=RECHECK_INTERVAL) for ns in scopes]
+        return self.pod_watches
+
+    def statuses(self) -> dict[str, str]:
+        """Each scope's pods watch status, by namespace ("" for all namespaces)."""
+        if not self.enabled:
+            return {"": OFF}
+        if not self.pod_watches:
+            return {ns: CHECKING for ns in self._namespaces} or {"": CHECKING}
+        return {w.namespace or "": w.status for w in self.pod_watches}

@@ -1,0 +1,313 @@
+"""The pods of TrainJobs, projected: what the pods watch caches per pod, and its ``Projector``.
+
+A pod's JSON is 5-20 KB; its projection keeps what the pod series read (app/metrics/pods.py): its JobSet
+(hence TrainJob) name, replicated job and restart attempt from JobSet's labels, the node it is bound to, its
+phase, the devices it holds as the scheduler counts them (app/trainer/rules/pods.py), and the reasons a
+failed pod gives (its status' reason, its failed container's termination reason).
+
+Two ways in, one result, as for the TrainJobs (app/trainer/projectors.py): the typed path (msgspec into
+app/trainer/pod_wire.py) and the tolerant ``from_json``, which salvages what it can of an object the typed
+decoder rejects and returns None only without a name or uid. Both end in ``build_pod``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from app.kube.resources import ResourceKind
+from app.trainer import rules
+from app.trainer.pod_wire import PodContainer, PodWire
+
+PODS: Final = ResourceKind("", "v1", "pods", "Pod", namespaced=True)
+
+# PodProjection.flags bits
+MALFORMED: Final = 1  # some field was unusable and a default was taken instead
+IMPLAUSIBLE: Final = 2  # a device count above rules.MAX_ACCELERATORS_PER_NODE: its devices are not believed
+
+_MAX_TEXT: Final = rules.MAX_REASON_LABEL  # a reason longer than this is cut (it only feeds a bounded label)
+_SIDECAR: Final = "Always"
+
+
+class PodProjection(msgspec.Struct, frozen=True, gc=False):
+    """What the pod series need of one pod (immutable; an update yields a new projection)."""
+
+    key: str  # "namespace/name"
+    uid: str
+    resource_version: str
+    namespace: str  # interned
+    jobset: str  # the jobset-name label: its TrainJob's name ("" when absent)
+    replicated_job: str  # the replicatedjob-name label ("" when absent)
+    restart_attempt: int | None  # the restart-attempt label (None when absent or not JobSet's integer)
+    node: str  # spec.nodeName ("" while unbound)
+    phase: str  # status.phase ("Pending" when absent)
+    created: float | None  # creationTimestamp, epoch seconds
+    devices: rules.Devices  # held while bound and not finished (rules.pod_devices)
+    status_reason: str = ""  # status.reason (Evicted, DeadlineExceeded, ...), cut to 64 characters
+    # state.terminated.reason of the first container that ended with a non-zero exit code (OOMKilled, Error)
+    container_reason: str = ""
+    flags: int = 0  # MALFORMED | IMPLAUSIBLE
+
+    @property
+    def name(self) -> str:
+        # Derived rather than stored: a string (~70 B) less per pod.
+        return self.key[len(self.namespace) + 1 :] if self.namespace else self.key
+
+    @property
+    def holds_node(self) -> bool:
+        return rules.holds_node(self.node, self.phase)
+
+    @property
+    def malformed(self) -> bool:
+        return bool(self.flags & MALFORMED)
+
+    @property
+    def implausible(self) -> bool:
+        return bool(self.flags & IMPLAUSIBLE)
+
+
+def _same_but_version(a: PodProjection, b: PodProjection) -> bool:
+    return (
+        a.phase == b.phase
+        and a.node == b.node
+        and a.restart_attempt == b.restart_attempt
+        and a.devices == b.devices
+        and a.status_reason == b.status_reason
+        and a.container_reason == b.container_reason
+        and a.flags == b.flags
+        and a.jobset == b.jobset
+        and a.replicated_job == b.replicated_job
+        and a.created == b.created
+        and a.uid == b.uid
+        and a.key == b.key
+    )
+
+
+def _intern(value: object, limit: int | None = None) -> tuple[str, bool]:
+    """(the string, malformed): a non-string is "" and malformed; ``limit`` cuts a long one."""
+    if value is None:
+        return "", False
+    if not isinstance(value, str):
+        return "", True
+    if limit is not None and len(value) > limit:
+        value = value[:limit]
+    return sys.intern(value) if len(value) <= 253 else value, False
+
+
+# (requests, limits, sidecar) of one container, as found on either path
+ContainerParts = tuple[object, object, bool]
+
+
+def build_pod(
+    *,
+    matcher: rules.AcceleratorMatcher,
+    name: str,
+    uid: str,
+    namespace: object,
+    resource_version: object,
+    creation_timestamp: object,
+    labels: object,
+    node: object,
+    phase: object,
+    containers: Iterable[ContainerParts],
+    init_containers: Iterable[ContainerParts],
+    status_reason: object,
+    container_reason: object,
+    malformed: bool,
+) -> PodProjection:
+    """The projection of one pod from its field values, whichever path read them."""
+    bad = malformed
+    ns, b = _intern(namespace)
+    bad |= b
+    rv, b = _intern(resource_version)
+    bad |= b
+    jobset: object = None
+    replicated: object = None
+    attempt_text: object = None
+    if isinstance(labels, Mapping):
+        jobset = labels.get(rules.JOBSET_NAME_LABEL)
+        replicated = labels.get(rules.REPLICATED_JOB_LABEL)
+        attempt_text = labels.get(rules.RESTART_ATTEMPT_LABEL)
+    elif labels is not None:
+        bad = True
+    jobset_name, b = _intern(jobset)
+    bad |= b
+    replicated_job, b = _intern(replicated)
+    bad |= b
+    attempt, b = rules.restart_attempt(attempt_text)
+    bad |= b
+    node_name, b = _intern(node)
+    bad |= b
+    phase_text, b = _intern(phase)
+    bad |= b
+    flags = 0
+    app_devices: list[rules.Devices] = []
+    init_devices: list[tuple[rules.Devices, bool]] = []
+    for target, parts in ((app_devices, containers), (init_devices, init_containers)):
+        for requests, limits, sidecar in parts:
+            resources, b = rules.node_resources(requests, limits)
+            bad |= b
+            devices = matcher.per_node(resources)
+            if any(count > rules.MAX_ACCELERATORS_PER_NODE for _, count in devices):
+                flags |= IMPLAUSIBLE
+            if target is app_devices:
+                app_devices.append(devices)
+            else:
+                init_devices.append((devices, sidecar))
+    devices = (
+        rules.pod_devices(app_devices, init_devices) if app_devices or init_devices else rules.NO_DEVICES
+    )
+    reason, b = _intern(status_reason, _MAX_TEXT)
+    bad |= b
+    failed_container, b = _intern(container_reason, _MAX_TEXT)
+    bad |= b
+    if bad:
+        flags |= MALFORMED
+    return PodProjection(
+        key=f"{ns}/{name}" if ns else name,
+        uid=uid,
+        resource_version=rv,
+        namespace=ns,
+        jobset=jobset_name,
+        replicated_job=replicated_job,
+        restart_attempt=attempt,
+        node=node_name,
+        phase=phase_text or rules.PENDING_PHASE,
+        created=rules.parse_time(creation_timestamp),
+        devices=devices,
+        status_reason=reason,
+        container_reason=failed_container,
+        flags=flags,
+    )
+
+
+# --- tolerant path helpers ----------------------------------------------------------------------------
+
+
+def _get(obj: object, *path: str) -> object:
+    """obj[path[0]][path[1]]...; None as soon as a step is not a JSON object or lacks the key."""
+    for step in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(step)
+    return obj
+
+
+def _json_containers(value: object) -> tuple[list[ContainerParts], bool]:
+    """(containers, malformed) of a JSON containers list."""
+    if value is None:
+        return [], False
+    if not isinstance(value, list):
+        return [], True
+    bad = False
+    parts: list[ContainerParts] = []
+    for container in value:
+        if not isinstance(container, Mapping):
+            bad = True
+            continue
+        resources = container.get("resources")
+        if resources is not None and not isinstance(resources, Mapping):
+            bad = True
+            resources = None
+        policy = container.get("restartPolicy")
+        parts.append((_get(resources, "requests"), _get(resources, "limits"), policy == _SIDECAR))
+    return parts, bad
+
+
+def _json_failed_container(statuses: object) -> object:
+    for status in statuses if isinstance(statuses, list) else ():
+        terminated = _get(status, "state", "terminated")
+        code = _get(terminated, "exitCode")
+        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            return _get(terminated, "reason")
+    return None
+
+
+def _wire_containers(containers: list[PodContainer] | None) -> Iterable[ContainerParts]:
+    for c in containers or ():
+        r = c.resources
+        yield (
+            (r.requests, r.limits, c.restartPolicy == _SIDECAR)
+            if r is not None
+            else (None, None, c.restartPolicy == _SIDECAR)
+        )
+
+
+class PodProjector:
+    """``Projector[PodProjection]`` for the pods watch; ``matcher`` says which resources are devices
+    (``accelerator_resource_patterns``, as for the requested accelerators)."""
+
+    wire_type: type = PodWire
+
+    def __init__(self, matcher: rules.AcceleratorMatcher | None = None) -> None:
+        self.matcher = matcher if matcher is not None else rules.DEFAULT_ACCELERATORS
+
+    @staticmethod
+    def unchanged(a: PodProjection, b: PodProjection) -> bool:
+        """The pod series need not hear of ``b``: the same resourceVersion, or a status write of something
+        they do not read (conditions, container states of running containers, IPs)."""
+        return a.resource_version == b.resource_version or _same_but_version(a, b)
+
+    def from_wire(self, wire: Any) -> PodProjection:
+        w: PodWire = wire
+        meta, spec, status = w.metadata, w.spec, w.status
+        failed = None
+        if status is not None:
+            for cs in status.containerStatuses or ():
+                terminated = cs.state.terminated if cs.state is not None else None
+                if terminated is not None and terminated.exitCode != 0:
+                    failed = terminated.reason
+                    break
+        return build_pod(
+            matcher=self.matcher,
+            name=meta.name,
+            uid=meta.uid,
+            namespace=meta.namespace,
+            resource_version=meta.resourceVersion,
+            creation_timestamp=meta.creationTimestamp,
+            labels=meta.labels,
+            node=spec.nodeName if spec is not None else None,
+            phase=status.phase if status is not None else None,
+            containers=_wire_containers(spec.containers if spec is not None else None),
+            init_containers=_wire_containers(spec.initContainers if spec is not None else None),
+            status_reason=status.reason if status is not None else None,
+            container_reason=failed,
+            malformed=False,
+        )
+
+    def from_json(self, obj: Any) -> PodProjection | None:
+        try:
+            return self.salvage(obj)
+        except Exception:  # never let one object break an informer; the caller counts the drop
+            return None
+
+    def salvage(self, obj: object) -> PodProjection | None:
+        """``from_json`` without its safety net (tests check that it never raises either)."""
+        name, uid = _get(obj, "metadata", "name"), _get(obj, "metadata", "uid")
+        if not isinstance(name, str) or not name or not isinstance(uid, str) or not uid:
+            return None
+        containers, bad_app = _json_containers(_get(obj, "spec", "containers"))
+        init_containers, bad_init = _json_containers(_get(obj, "spec", "initContainers"))
+        spec, status = _get(obj, "spec"), _get(obj, "status")
+        bad = bad_app or bad_init
+        bad |= spec is not None and not isinstance(spec, Mapping)
+        bad |= status is not None and not isinstance(status, Mapping)
+        return build_pod(
+            matcher=self.matcher,
+            name=name,
+            uid=uid,
+            namespace=_get(obj, "metadata", "namespace"),
+            resource_version=_get(obj, "metadata", "resourceVersion"),
+            creation_timestamp=_get(obj, "metadata", "creationTimestamp"),
+            labels=_get(obj, "metadata", "labels"),
+            node=_get(obj, "spec", "nodeName"),
+            phase=_get(obj, "status", "phase"),
+            containers=containers,
+            init_containers=init_containers,
+            status_reason=_get(obj, "status", "reason"),
+            container_reason=_json_failed_container(_get(obj, "status", "containerStatuses")),
+            malformed=bad,
+        )
