@@ -373,7 +373,9 @@ class Service:
         if reason is None:
             return self.ledger.all_seen()  # lost the Lease meanwhile: the elector released what it could
         self._handed_over = False
-        log.warning(
+        # No wait configured (simulate mode's default: nobody takes over) is a choice, not a problem.
+        log.log(
+            logging.INFO if self.handover_wait_seconds == 0 else logging.WARNING,
             "hand-over: releasing with %d counts not yet seen by every scraper (%s); the next leader "
             "counts them again, and a scraper that saw some of them counts those twice",
             self.ledger.unseen,

@@ -1,0 +1,103 @@
+"""A newcomer's first minutes with ``trainer-metrics --simulate``: counts that move within seconds, a Ctrl-C
+that stops within seconds and says what it waits for, and a build_info that names the revision."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+from prometheus_client import generate_latest
+
+from app.config import DEFAULT_ZERO_HOLD_SECONDS, SIMULATE_ZERO_HOLD_SECONDS, load_settings
+from app.metrics.telemetry import SelfTelemetry
+from app.serving.graceful import stop_plan
+from app.version import revision
+from tests.security.exporter_proc import exporter
+from tests.support.waiting import wait_for
+
+# --- the zero hold and the hand-over wait in simulate mode ---------------------------------------------
+
+
+def test_simulate_mode_holds_new_series_at_zero_for_seconds_not_a_minute() -> None:
+    assert load_settings().zero_hold_seconds == DEFAULT_ZERO_HOLD_SECONDS == 60
+    simulated = load_settings(simulate=True)
+    assert simulated.zero_hold_seconds == SIMULATE_ZERO_HOLD_SECONDS <= 5
+    assert simulated.handover_wait_seconds == 0  # its cluster stops with it: nobody takes over
+    # A value the user gives still wins.
+    assert load_settings(simulate=True, zero_hold_seconds=30).zero_hold_seconds == 30
+    assert load_settings(simulate=True, handover_wait_seconds=7).handover_wait_seconds == 7
+
+
+def test_the_readme_states_the_simulate_mode_hold() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    quick = readme.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    assert f"{SIMULATE_ZERO_HOLD_SECONDS:g} s" in quick and "--simulate" in quick
+
+
+# --- what a stop waits for, said at the signal ------------------------------------------------------------
+
+
+def _service(*, leading: bool, elected: bool = True, wait: float = 185.0, hold: float = 60.0) -> object:
+    return SimpleNamespace(
+        journal=SimpleNamespace(leading=leading),
+        elector=object() if elected else None,
+        handover_wait_seconds=wait,
+        ledger=SimpleNamespace(hold=hold),
+    )
+
+
+def test_the_stop_plan_of_a_leader_names_both_bounds() -> None:
+    plan = stop_plan(_service(leading=True), 10)
+    assert "up to 185 s" in plan and "61 s" in plan and "releasing the Lease" in plan
+    assert "up to 10 s for requests in flight" in plan
+
+
+def test_the_stop_plan_without_a_wait_or_a_lead() -> None:
+    assert "without waiting for scrapes" in stop_plan(_service(leading=True, wait=0), 10)
+    assert "nothing to hand over" in stop_plan(_service(leading=False), 10)
+    assert "nothing to hand over" in stop_plan(_service(leading=True, elected=False), 10)
+    assert "has not started" in stop_plan(None, None)
+
+
+def test_a_lone_simulated_replica_stops_within_seconds_and_says_so_at_the_signal(tmp_path: Path) -> None:
+    # The hold a production exporter has: before, a stop waited for the scrape of the last counts and, with
+    # none coming, for hold + 1 s (61 s) before releasing.
+    settings = {"leader_election": "true", "zero_hold_seconds": "60", "sim_rate": "20"}
+    with exporter(tmp_path, settings=settings, timeout=60.0) as ex:
+        wait_for(
+            lambda: httpx.get(ex.url + "/debug/leadership", timeout=5).json()["is_leader"],
+            timeout=60,
+            what="leading",
+        )
+        assert httpx.get(ex.url + "/metrics", timeout=5).status_code == 200  # a scraper, as a curl is
+        # Counts no scraper has seen yet: what the old stop waited for someone to scrape.
+        def unseen() -> int:
+            return int(httpx.get(ex.url + "/debug/snapshot", timeout=5).json()["remembered"]["unseen_counts"])
+
+        wait_for(
+            lambda: unseen() > 0,
+            timeout=30,
+            what="counts not yet seen by the scraper",
+        )
+        started = time.monotonic()
+        ex.proc.send_signal(signal.SIGINT)
+        ex.proc.wait(timeout=30)
+        took = time.monotonic() - started
+        log = ex.log_path.read_text(errors="replace")
+    assert re.search(r"stopping: .*(without waiting for scrapes|nothing to hand over)", log), log[-3000:]
+    assert "WARNING" not in log.split("stopping:", 1)[1], log[-3000:]
+    assert took < 10, f"stopped after {took:.1f} s"
+
+
+# --- build_info -------------------------------------------------------------------------------------------
+
+
+def test_build_info_names_the_revision_that_version_prints() -> None:
+    body = generate_latest(SelfTelemetry().registry).decode()
+    line = next(x for x in body.splitlines() if x.startswith("trainer_metrics_build_info{"))
+    assert f'revision="{revision()}"' in line, line
+    assert revision() != ""
