@@ -348,6 +348,11 @@ class Service:
         # hold later: about three holds with the chart's hold of two scrape intervals.
         return 3 * s.zero_hold_seconds + 5.0
 
+    def abandon_hand_over(self) -> None:
+        """Stop waiting (a second signal): a hand-over under way or still to come releases at once."""
+        if self._handed_over is None:
+            self._handed_over = False
+
     async def hand_over(self) -> bool:
         """First half of a graceful stop, while ``/metrics`` is still served: stop counting, then wait
         until every scraper has seen what this leader counted (the served watermarks reach the counted

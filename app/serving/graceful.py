@@ -66,7 +66,8 @@ class HandOverOnExit:
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._hand_over_task is not None or self.should_exit:
-            log.info("stopping at once (second signal)")
+            log.info("stopping at once (second signal): no more waiting for scrapes")
+            asyncio.get_running_loop().call_soon_threadsafe(self._abandon_hand_over)
             super().handle_exit(sig, frame)  # type: ignore[misc]
             return
         if self._service() is None:
@@ -98,6 +99,14 @@ class HandOverOnExit:
                 super().handle_exit(sig, frame)  # type: ignore[misc]
             else:
                 self.should_exit = True
+
+    def _abandon_hand_over(self) -> None:
+        # Both the wait under way and the one the lifespan's Service.stop() would start again.
+        service = self._service()
+        if service is not None:
+            service.abandon_hand_over()
+        if self._hand_over_task is not None:
+            self._hand_over_task.cancel()
 
     def _drain_seconds(self) -> float | None:
         timeout = getattr(self.config, "timeout_graceful_shutdown", None)

@@ -16,7 +16,7 @@ from app.config import DEFAULT_ZERO_HOLD_SECONDS, SIMULATE_ZERO_HOLD_SECONDS, lo
 from app.metrics.telemetry import SelfTelemetry
 from app.serving.graceful import stop_plan
 from app.version import revision
-from tests.security.exporter_proc import exporter
+from tests.security.exporter_proc import Exporter, exporter
 from tests.support.waiting import wait_for
 
 # --- the zero hold and the hand-over wait in simulate mode ---------------------------------------------
@@ -63,6 +63,11 @@ def test_the_stop_plan_without_a_wait_or_a_lead() -> None:
     assert "has not started" in stop_plan(None, None)
 
 
+def _unseen(ex: Exporter) -> int:
+    """Counts of the leader that no scraper has seen yet (what a graceful stop waits for)."""
+    return int(httpx.get(ex.url + "/debug/snapshot", timeout=5).json()["remembered"]["unseen_counts"])
+
+
 def test_a_lone_simulated_replica_stops_within_seconds_and_says_so_at_the_signal(tmp_path: Path) -> None:
     # The hold a production exporter has: before, a stop waited for the scrape of the last counts and, with
     # none coming, for hold + 1 s (61 s) before releasing.
@@ -75,14 +80,7 @@ def test_a_lone_simulated_replica_stops_within_seconds_and_says_so_at_the_signal
         )
         assert httpx.get(ex.url + "/metrics", timeout=5).status_code == 200  # a scraper, as a curl is
         # Counts no scraper has seen yet: what the old stop waited for someone to scrape.
-        def unseen() -> int:
-            return int(httpx.get(ex.url + "/debug/snapshot", timeout=5).json()["remembered"]["unseen_counts"])
-
-        wait_for(
-            lambda: unseen() > 0,
-            timeout=30,
-            what="counts not yet seen by the scraper",
-        )
+        wait_for(lambda: _unseen(ex) > 0, timeout=30, what="counts not yet seen by the scraper")
         started = time.monotonic()
         ex.proc.send_signal(signal.SIGINT)
         ex.proc.wait(timeout=30)
@@ -101,3 +99,28 @@ def test_build_info_names_the_revision_that_version_prints() -> None:
     line = next(x for x in body.splitlines() if x.startswith("trainer_metrics_build_info{"))
     assert f'revision="{revision()}"' in line, line
     assert revision() != ""
+
+
+def test_a_second_signal_stops_a_waiting_leader_at_once(tmp_path: Path) -> None:
+    # A leader told to wait for scrapes that never come; the log says how long, and a second signal ends
+    # the wait (before, the lifespan's stop started the same wait again: 61 s more).
+    settings = {"leader_election": "true", "zero_hold_seconds": "60", "handover_wait_seconds": "185"}
+    with exporter(tmp_path, settings=settings, timeout=60.0) as ex:
+        wait_for(
+            lambda: httpx.get(ex.url + "/debug/leadership", timeout=5).json()["is_leader"],
+            timeout=60,
+            what="leading",
+        )
+        wait_for(lambda: _unseen(ex) > 0, timeout=30, what="counts for the stop to wait for")
+        ex.proc.send_signal(signal.SIGTERM)
+        wait_for(
+            lambda: "stopping: waiting up to 185 s" in ex.log_path.read_text(errors="replace"),
+            timeout=30,
+            what="the stop's plan in the log",
+        )
+        assert ex.proc.poll() is None  # waiting, as it said
+        started = time.monotonic()
+        ex.proc.send_signal(signal.SIGINT)
+        ex.proc.wait(timeout=45)
+        took = time.monotonic() - started
+    assert took < 10, f"stopped {took:.1f} s after the second signal"
