@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import httpx
 from prometheus_client import generate_latest
 
+from app.api.views import SIMULATED_CLOCK_NOTE, terminal_page
 from app.config import DEFAULT_ZERO_HOLD_SECONDS, SIMULATE_ZERO_HOLD_SECONDS, load_settings
 from app.metrics.telemetry import SelfTelemetry
 from app.serving.graceful import stop_plan
@@ -124,3 +125,24 @@ def test_a_second_signal_stops_a_waiting_leader_at_once(tmp_path: Path) -> None:
         ex.proc.wait(timeout=45)
         took = time.monotonic() - started
     assert took < 10, f"stopped {took:.1f} s after the second signal"
+
+
+# --- simulated times in /debug ----------------------------------------------------------------------------
+
+
+def test_debug_terminal_says_that_simulated_times_run_ahead(served: Exporter) -> None:
+    page = httpx.get(served.url + "/debug/terminal", params={"limit": 5}, timeout=10).json()
+    assert page["note"] == SIMULATED_CLOCK_NOTE
+
+
+def test_debug_terminal_has_no_note_against_a_real_cluster() -> None:
+    class State:
+        terminal_count = 0
+
+        def terminal_entries(self, limit: int, token: str | None) -> tuple[list[object], None]:
+            return [], None
+
+    service = SimpleNamespace(state=State(), settings=load_settings())
+    page = terminal_page(service, 5, None)  # type: ignore[arg-type]
+    assert page.note is None
+    assert "note" not in page.model_dump(by_alias=True, exclude_none=True)
