@@ -40,7 +40,10 @@ def stop_plan(service: Any, drain_seconds: float | None) -> str:
     )
     if service is None:
         return f"stopping: the service has not started, nothing to hand over; {drain}"
-    leading = bool(getattr(service.journal, "leading", False)) and service.elector is not None
+    if not hasattr(service, "journal"):
+        # The mixin needs only hand_over() of its service; a stand-in without the rest says less.
+        return f"stopping: handing over first; {drain}; a second signal stops at once"
+    leading = bool(service.journal.leading) and service.elector is not None
     if not leading:
         return f"stopping: not the leader, nothing to hand over; {drain}; a second signal stops at once"
     wait = float(service.handover_wait_seconds)
@@ -102,9 +105,9 @@ class HandOverOnExit:
 
     def _abandon_hand_over(self) -> None:
         # Both the wait under way and the one the lifespan's Service.stop() would start again.
-        service = self._service()
-        if service is not None:
-            service.abandon_hand_over()
+        abandon = getattr(self._service(), "abandon_hand_over", None)
+        if abandon is not None:
+            abandon()
         if self._hand_over_task is not None:
             self._hand_over_task.cancel()
 
