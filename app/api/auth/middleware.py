@@ -98,7 +98,8 @@ class BearerAuth:
             return
         token = bearer_token(scope["headers"])
         method = str(scope.get("method", "GET")).lower()
-        # HEAD reads what GET reads, less the body: the apiserver authorizes both as "get".
+        # HEAD reads what GET reads, less the body: authorized as "get" (as the apiserver does for resources),
+        # which the RBAC granting a scraper "get" on the path covers.
         verb = "get" if method == "head" else method
         path: str = scope["path"]
         if token is None:
