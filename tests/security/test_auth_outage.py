@@ -1,4 +1,5 @@
-"""Bearer auth while the API server cannot be reached (docs/security.md, "When the API server is down").
+"""Bearer auth while the API server cannot be reached (docs/security.md, "When the API server is down"), and
+HEAD authorized as get.
 
 kube-apiserver's webhook token authenticator and kube-rbac-proxy cache what the API answered and fail closed
 on an error; without more, any outage longer than the cache time blanks every scrape. The exporter keeps a
@@ -115,3 +116,14 @@ def test_the_setting_is_bounded_and_on_by_default() -> None:
     field = Settings.model_fields["auth_outage_grace_seconds"]
     bounds = {type(m).__name__: m for m in field.metadata}
     assert bounds["Ge"].ge == 0 and bounds["Le"].le == 3600
+
+
+async def test_head_is_authorized_as_get(kube: KubeClient) -> None:
+    # The scraper's RBAC grants "get" on /metrics: a HEAD of it (curl -I, a load balancer's check) is the
+    # same read, less the body, and must not need a "head" verb nobody grants.
+    app = protected_app(KubeReviewer(kube, cache_seconds=30))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://exporter") as http:
+        head = await http.head("/metrics", headers=bearer(PROM_TOKEN))
+        assert head.status_code == 200, head.text
+        assert head.content == b""
+        assert (await http.head("/metrics", headers=bearer(ALICE_TOKEN))).status_code == 403
