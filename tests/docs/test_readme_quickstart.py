@@ -68,6 +68,9 @@ def test_the_quick_start_as_written(tmp_path: Path) -> None:
         took = time.monotonic() - stopped
         log = ex.log()
     assert took < 10, f"Ctrl-C took {took:.1f} s"
+    # Ends as a Ctrl-C ends a process, after an orderly stop: no traceback.
+    assert ex.proc.returncode == -signal.SIGINT, ex.proc.returncode
+    assert "Traceback" not in log, log[-2000:]
     assert re.search(r"INFO +app\.serving\.graceful: stopping: ", log), log[-2000:]
     # A newcomer meets no warning: the demo's jobs are all well-formed.
     assert " WARNING " not in log, [line for line in log.splitlines() if " WARNING " in line][:5]
