@@ -22,13 +22,11 @@ import logging
 from types import FrameType
 from typing import Any
 
+from app.handover.scrape_wait import NO_SCRAPE_GRACE
+
 log = logging.getLogger(__name__)
 
 __all__ = ["HandOverOnExit", "stop_plan"]
-
-# Mirrors app/handover/scrape_wait.py's NO_SCRAPE_GRACE: the wait gives up this long after the zero hold
-# without a scrape.
-_NO_SCRAPE_GRACE = 1.0
 
 
 def stop_plan(service: Any, drain_seconds: float | None) -> str:
@@ -52,7 +50,7 @@ def stop_plan(service: Any, drain_seconds: float | None) -> str:
             "stopping: releasing the Lease without waiting for scrapes (handover_wait_seconds is 0); "
             f"{drain}; a second signal stops at once"
         )
-    quiet = float(service.ledger.hold) + _NO_SCRAPE_GRACE
+    quiet = float(service.ledger.hold) + NO_SCRAPE_GRACE
     return (
         f"stopping: waiting up to {wait:g} s for every scraper to see this leader's last counts (less if "
         f"no scrape comes for {quiet:g} s), then releasing the Lease; {drain}; a second signal stops at once"
