@@ -106,7 +106,7 @@ def test_the_readme_s_kubectl_loop_works(demo_cluster: Path, tmp_path: Path) -> 
     assert "namespace/demo created" in applied and "serverside-applied" in applied, applied
     # The user's TrainJob in the exporter: its per-TrainJob series (nothing runs it: pending) and its count.
     assert re.search(r'kubeflow_trainer_trainjob_status_state\{[^}]*state="pending"[^}]*\} 1', series), series
-    assert 'kubeflow_trainer_trainjob_info{' in series, series
+    assert "kubeflow_trainer_trainjob_info{" in series, series
     counted = r'^kubeflow_trainer_trainjob_created_total\{namespace="demo",[^}]*\} 1\.0$'
     assert re.search(counted, created, re.M), created
     assert demo.split()[:4] == ["NAMESPACE", "NAME", "STATE", "AGE"], demo[:200]
