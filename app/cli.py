@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import functools
 import logging
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from types import UnionType
@@ -251,7 +253,13 @@ def main(
     register_collector(app, server.telemetry)
     if before_serving is not None:
         before_serving(app, server)
-    asyncio.run(server.serve())
+    try:
+        asyncio.run(server.serve())
+    except KeyboardInterrupt:
+        # uvicorn re-raises the Ctrl-C it handled once the stop is complete: end as a Ctrl-C ends a process
+        # (killed by SIGINT, as the shell expects), without a traceback after an orderly stop.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     return 0
 
 

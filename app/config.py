@@ -29,6 +29,10 @@ ENV_PREFIX = "TRAINER_METRICS_"
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 SIM_ENV_PREFIX = ENV_PREFIX + "SIM_"
+# The zero hold (docs/metrics.md, "How counting works"): at least the scrape interval of every Prometheus.
+# In simulate mode the only scraper is a person with curl, who should see counts move within seconds.
+DEFAULT_ZERO_HOLD_SECONDS = 60.0
+SIMULATE_ZERO_HOLD_SECONDS = 5.0
 _DNS1123_LABEL_MAX = 63
 _DNS1123_SUBDOMAIN_MAX = 253
 # Values of probe_port that turn the separate probe listener off.
@@ -164,6 +168,15 @@ class Settings(BaseSettings):
     auth_cache_seconds: float = Field(
         default=30.0, ge=0, le=3600, description="How long an auth decision is cached."
     )
+    # docs/security.md, "When the API server is down": an outage must not blank Prometheus' scrapes.
+    auth_outage_grace_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="While the Kubernetes API cannot be reached, a bearer token it allowed on a path is "
+        "still allowed there this long past auth_cache_seconds (denials are never extended; 0: none).",
+    )
     auth_reviews_per_second: float = Field(
         default=20.0,
         ge=0.1,
@@ -277,14 +290,15 @@ class Settings(BaseSettings):
     # this long before its real values, and a count is handed over as seen only this long after a scrape
     # showed it.
     zero_hold_seconds: float = Field(
-        default=60.0,
+        default=DEFAULT_ZERO_HOLD_SECONDS,
         ge=0,
         le=600,
         allow_inf_nan=False,
         description="A new Trainer counter or histogram series is served with value 0 for this long before "
         "its real values, so every Prometheus whose scrape interval is at most this long stores the 0 first "
         "(PromQL never counts a series' first sample). At least the scrape interval; 2x tolerates one "
-        "failed scrape.",
+        f"failed scrape. Default {DEFAULT_ZERO_HOLD_SECONDS:g}, {SIMULATE_ZERO_HOLD_SECONDS:g} in simulate "
+        "mode.",
     )
     # docs/metrics.md, "From a panel to the job": the TrainJob behind each histogram bucket and counter.
     exemplars: bool = Field(
@@ -299,7 +313,8 @@ class Settings(BaseSettings):
         le=3600,
         allow_inf_nan=False,
         description="A leader stopping gracefully stops counting and waits at most this long for scrapes to "
-        "show its last counts before it releases the Lease (default 3 x zero_hold_seconds + 5; 0: no wait).",
+        "show its last counts before it releases the Lease (default 3 x zero_hold_seconds + 5, 0 in simulate "
+        "mode, whose cluster stops with it; 0: no wait).",
     )
 
     # --- Per-TrainJob series (opt-in; docs/metrics.md, "Per-TrainJob series") ---------------------
@@ -457,6 +472,13 @@ class Settings(BaseSettings):
         if self.per_trainjob_series is None:
             # Unset: off, except in simulate mode, where a newcomer should see the per-TrainJob series.
             self.per_trainjob_series = self.simulate
+        if self.simulate:
+            # Nobody but the person trying it scrapes the demo, and no replica can take over from it (its
+            # cluster stops with it): counts move within seconds, and a stop does not wait for scrapes.
+            if "zero_hold_seconds" not in self.model_fields_set:
+                self.zero_hold_seconds = SIMULATE_ZERO_HOLD_SECONDS
+            if self.handover_wait_seconds is None:
+                self.handover_wait_seconds = 0.0
         return self
 
 

@@ -46,6 +46,7 @@ FLAG_SAMPLE: dict[str, list[str]] = {
     "debug_endpoints": ["--no-debug-endpoints"],
     "auth_enabled": ["--auth-enabled"],
     "auth_cache_seconds": ["--auth-cache-seconds", "12.5"],
+    "auth_outage_grace_seconds": ["--auth-outage-grace-seconds", "90"],
     "auth_reviews_per_second": ["--auth-reviews-per-second", "7.5"],
     "auth_reviews_per_client_per_second": ["--auth-reviews-per-client-per-second", "2.5"],
     "tls_cert_file": ["--tls-cert-file", "/etc/tls/tls.crt"],

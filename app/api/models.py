@@ -126,6 +126,11 @@ class TerminalPage(BaseModel):
         serialization_alias="continue",
         description="Pass as `continue` to get the next page; absent on the last page.",
     )
+    note: str | None = Field(
+        default=None,
+        description="How to read these times, when they need it (simulate mode: the simulated cluster's "
+        "clock runs ahead of the wall clock); absent otherwise.",
+    )
 
     model_config = {"populate_by_name": True}
 

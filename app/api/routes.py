@@ -19,6 +19,7 @@ from app.api.models import (
 )
 from app.metrics.telemetry import Limit
 from app.replica.service import Service
+from app.serving.head import HeadAsGet
 
 
 def _started(service: Service | None) -> Service:
@@ -158,3 +159,8 @@ def build_router() -> APIRouter:
 
 def install_routes(app: FastAPI) -> None:
     app.include_router(build_router())
+    # No redirect from /metrics/ to /metrics: Starlette builds its Location from the Host header, so any
+    # client could have the exporter answer with a link to a host of its choosing. A path we do not serve
+    # is a 404 with a JSON body, trailing slash or not; scrape configs name the exact path.
+    app.router.redirect_slashes = False
+    app.add_middleware(HeadAsGet)

@@ -112,6 +112,15 @@ def remembered(service: Service) -> RememberedSizes:
     )
 
 
+# The simulated cluster's controllers stamp conditions on a clock that runs a simulated minute per second
+# (kubesim's time warp), so that a demo's jobs live minutes to hours; the exporter records on the wall clock.
+SIMULATED_CLOCK_NOTE = (
+    "simulated cluster: its controllers' clock runs ahead of the wall clock (a simulated minute each "
+    "second), so terminal_time, which they write, is often later than recorded_time, when this exporter "
+    "saw it"
+)
+
+
 def terminal_page(service: Service, limit: int, continue_token: str | None) -> TerminalPage:
     state = service.state
     try:
@@ -130,7 +139,8 @@ def terminal_page(service: Service, limit: int, continue_token: str | None) -> T
         )
         for e in entries
     ]
-    return TerminalPage(total=state.terminal_count, items=items, continue_=next_token)
+    note = SIMULATED_CLOCK_NOTE if service.settings.simulate else None
+    return TerminalPage(total=state.terminal_count, items=items, continue_=next_token, note=note)
 
 
 def leadership(service: Service) -> LeadershipResponse:

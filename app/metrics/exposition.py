@@ -12,8 +12,13 @@ to protobuf, then OpenMetrics, then text:
   prometheus_client: 0.0.1 is the old draft, served as text). Prometheus' default, first;
 * text 0.0.4: ``text/plain`` (any version), ``*/*`` or ``text/*``, and whatever matches nothing (curl).
 
-A media type with q=0 is refused; a malformed q counts as 1. The body is gzip-compressed (level 1:
-fastest, and metric text still compresses ~20x) when ``Accept-Encoding`` accepts gzip.
+A media type with q=0 is refused, and so is one whose q is not an RFC 9110 qvalue (``q=-1``, ``q=abc``,
+``q=nan``, ``q=2``): a client that writes a weight we cannot read did not ask for that item with weight 1.
+Parameter names and the values of ``proto`` and ``encoding`` compare case-insensitively. The body is
+gzip-compressed (level 1: fastest, and metric text still compresses ~20x) when ``Accept-Encoding`` accepts
+gzip (``gzip``, ``x-gzip`` or ``*`` with q > 0), and also when it refuses uncompressed bodies
+(``identity;q=0``, or ``*;q=0`` without ``identity``) without refusing gzip: gzip is then the one answer it
+takes (RFC 9110 §12.5.3).
 
 Body layout: the Trainer part first, then self-telemetry, then (OpenMetrics only) the one ``# EOF``.
 The Trainer part comes first so its gzip encoding can be cached: a gzip member is a raw deflate
@@ -39,6 +44,7 @@ keeps those buffers in the heap and removes that cost.
 from __future__ import annotations
 
 import asyncio
+import re
 import struct
 import zlib
 from typing import NamedTuple, Protocol
@@ -119,16 +125,16 @@ def _parse_params(item: str) -> tuple[str, dict[str, str]]:
     return media.strip().lower(), values
 
 
+# RFC 9110 §12.4.2: qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )
+_QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")
+
+
 def _q(params: dict[str, str]) -> float:
-    try:
-        q = float(params.get("q", "1"))
-    except ValueError:
-        return 1.0  # a malformed q is ignored, as if absent
-    return q if 0.0 <= q <= 1.0 else 1.0
-
-
-def _q_positive(params: dict[str, str]) -> bool:
-    return _q(params) > 0
+    """The item's weight; 0 (refused) when its q is not a qvalue."""
+    q = params.get("q")
+    if q is None:
+        return 1.0
+    return float(q) if _QVALUE.fullmatch(q) else 0.0
 
 
 def _version_at_least_1(version: str) -> bool:
@@ -140,7 +146,8 @@ def _format_of(media: str, params: dict[str, str]) -> Format | None:
     """The format an Accept item asks for, or None (a type we do not serve)."""
     if media == _PROTOBUF_MEDIA:
         proto = params.get("proto", "").lower()
-        return Format.PROTOBUF if proto == _PROTOBUF_PROTO and params.get("encoding") == "delimited" else None
+        encoding = params.get("encoding", "").lower()
+        return Format.PROTOBUF if proto == _PROTOBUF_PROTO and encoding == "delimited" else None
     if media == "application/openmetrics-text":
         version = params.get("version")
         # Like prometheus_client: no version means the latest; 0.0.1 (old Prometheus) gets text.
@@ -171,14 +178,29 @@ def wants_openmetrics(accept: str | None) -> bool:
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
-    """True when ``Accept-Encoding`` lists gzip (or x-gzip) with q > 0."""
+    """True when ``Accept-Encoding`` takes gzip: gzip, x-gzip or ``*`` with q > 0, or identity refused and
+    gzip not (the module docstring)."""
     if not accept_encoding:
         return False
+    gzip: float | None = None  # the weight of gzip as listed (x-gzip is its alias), None: not listed
+    identity: float | None = None
+    star: float | None = None
     for item in accept_encoding.split(","):
         coding, params = _parse_params(item)
-        if coding in ("gzip", "x-gzip") and _q_positive(params):
-            return True
-    return False
+        q = _q(params)
+        if coding in ("gzip", "x-gzip"):
+            gzip = max(gzip or 0.0, q)
+        elif coding == "identity":
+            identity = q
+        elif coding == "*":
+            star = q
+    if gzip is None:
+        gzip = star
+    if gzip is not None:
+        return gzip > 0
+    # gzip not named, not even by "*": still the only answer left when uncompressed is refused.
+    identity_refused = identity == 0 or (identity is None and star == 0)
+    return identity_refused and star is None
 
 
 class MetricsExposition:

@@ -22,6 +22,7 @@ from prometheus_client import (
 )
 
 from app import __version__
+from app.version import revision as source_revision
 
 __all__ = ["Limit", "SelfTelemetry"]
 
@@ -52,7 +53,13 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 class SelfTelemetry:
     """The exporter's own metrics; implements the CountJournal's telemetry hooks."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, version: str = __version__) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        version: str = __version__,
+        revision: str | None = None,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         reg = self.registry
         self.leader = Gauge(
@@ -67,11 +74,13 @@ class SelfTelemetry:
         )
         self.build_info = Gauge(
             "trainer_metrics_build_info",
-            "Build information (always 1).",
-            ("version", "python_version"),
+            "Build information (always 1): the version, the git revision (as --version prints it) and "
+            "the Python version.",
+            ("version", "revision", "python_version"),
             registry=reg,
         )
-        self.build_info.labels(version, platform.python_version()).set(1)
+        built_from = revision if revision is not None else source_revision()
+        self.build_info.labels(version, built_from, platform.python_version()).set(1)
         self.handover_replayed_events = Counter(
             "trainer_metrics_handover_replayed_events",
             "Remembered countable events counted when this replica took over leadership.",

@@ -366,6 +366,11 @@ class Service:
         # hold later: about three holds with the chart's hold of two scrape intervals.
         return 3 * s.zero_hold_seconds + 5.0
 
+    def abandon_hand_over(self) -> None:
+        """Stop waiting (a second signal): a hand-over under way or still to come releases at once."""
+        if self._handed_over is None:
+            self._handed_over = False
+
     async def hand_over(self) -> bool:
         """First half of a graceful stop, while ``/metrics`` is still served: stop counting, then wait
         until every scraper has seen what this leader counted (the served watermarks reach the counted
@@ -391,7 +396,9 @@ class Service:
         if reason is None:
             return self.ledger.all_seen()  # lost the Lease meanwhile: the elector released what it could
         self._handed_over = False
-        log.warning(
+        # No wait configured (simulate mode's default: nobody takes over) is a choice, not a problem.
+        log.log(
+            logging.INFO if self.handover_wait_seconds == 0 else logging.WARNING,
             "hand-over: releasing with %d counts not yet seen by every scraper (%s); the next leader "
             "counts them again, and a scraper that saw some of them counts those twice",
             self.ledger.unseen,

@@ -8,6 +8,9 @@ the server still serving: the leader stops counting, waits (bounded) until every
 counts, and only then lets uvicorn shut down; the lifespan's ``Service.stop()`` then releases the Lease
 with the served watermarks. A second signal during the wait shuts down at once.
 
+At the signal, before any wait, one line says what the stop waits for and for how long at most
+(``stop_plan``), so that a stop that takes a while is never a silent one.
+
 ``HandOverOnExit`` is a mixin for ``uvicorn.Server`` subclasses (app/serving/server.py's, and the test
 fleets').
 """
@@ -19,9 +22,39 @@ import logging
 from types import FrameType
 from typing import Any
 
+from app.handover.scrape_wait import NO_SCRAPE_GRACE
+
 log = logging.getLogger(__name__)
 
-__all__ = ["HandOverOnExit"]
+__all__ = ["HandOverOnExit", "stop_plan"]
+
+
+def stop_plan(service: Any, drain_seconds: float | None) -> str:
+    """What a graceful stop of ``service`` (None: not started) waits for, and the bound of each wait."""
+    drain = (
+        f"then up to {drain_seconds:g} s for requests in flight"
+        if drain_seconds is not None
+        else "then for requests in flight"
+    )
+    if service is None:
+        return f"stopping: the service has not started, nothing to hand over; {drain}"
+    if not hasattr(service, "journal"):
+        # The mixin needs only hand_over() of its service; a stand-in without the rest says less.
+        return f"stopping: handing over first; {drain}; a second signal stops at once"
+    leading = bool(service.journal.leading) and service.elector is not None
+    if not leading:
+        return f"stopping: not the leader, nothing to hand over; {drain}; a second signal stops at once"
+    wait = float(service.handover_wait_seconds)
+    if wait <= 0:
+        return (
+            "stopping: releasing the Lease without waiting for scrapes (handover_wait_seconds is 0); "
+            f"{drain}; a second signal stops at once"
+        )
+    quiet = float(service.ledger.hold) + NO_SCRAPE_GRACE
+    return (
+        f"stopping: waiting up to {wait:g} s for every scraper to see this leader's last counts (less if "
+        f"no scrape comes for {quiet:g} s), then releasing the Lease; {drain}; a second signal stops at once"
+    )
 
 
 class HandOverOnExit:
@@ -33,7 +66,13 @@ class HandOverOnExit:
     should_exit: bool
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._hand_over_task is not None or self.should_exit or self._service() is None:
+        if self._hand_over_task is not None or self.should_exit:
+            log.info("stopping at once (second signal): no more waiting for scrapes")
+            asyncio.get_running_loop().call_soon_threadsafe(self._abandon_hand_over)
+            super().handle_exit(sig, frame)  # type: ignore[misc]
+            return
+        if self._service() is None:
+            log.info(stop_plan(None, self._drain_seconds()))
             super().handle_exit(sig, frame)  # type: ignore[misc]
             return
         # A signal handler runs between two bytecodes of the event loop's thread: schedule, do not run.
@@ -43,6 +82,7 @@ class HandOverOnExit:
     def begin_graceful_stop(self, sig: int = 0, frame: FrameType | None = None) -> asyncio.Task[None]:
         """Hand over, then exit as for ``sig`` (0: no signal, as a test's stop). Idempotent."""
         if self._hand_over_task is None:
+            log.info(stop_plan(self._service(), self._drain_seconds()))
             self._hand_over_task = asyncio.get_running_loop().create_task(
                 self._hand_over_then_exit(sig, frame), name="hand over before exit"
             )
@@ -60,6 +100,18 @@ class HandOverOnExit:
                 super().handle_exit(sig, frame)  # type: ignore[misc]
             else:
                 self.should_exit = True
+
+    def _abandon_hand_over(self) -> None:
+        # Both the wait under way and the one the lifespan's Service.stop() would start again.
+        abandon = getattr(self._service(), "abandon_hand_over", None)
+        if abandon is not None:
+            abandon()
+        if self._hand_over_task is not None:
+            self._hand_over_task.cancel()
+
+    def _drain_seconds(self) -> float | None:
+        timeout = getattr(self.config, "timeout_graceful_shutdown", None)
+        return float(timeout) if timeout is not None else None
 
     def _service(self) -> Any:
         app = getattr(self.config, "app", None)

@@ -16,7 +16,11 @@ seen from its first instant, in ``app/serving/``, one job per module:
   waiting connections only, the header and response deadlines.
 - ``listeners.py``: ``GuardedListener``, the listening socket whose ``accept()`` admits through the guard,
   and copes with running out of descriptors; ``bind_listener``.
-- ``protocol.py``: ``GuardedH11Protocol``, uvicorn's h11 protocol reporting request and response edges.
+- ``protocol.py``: ``GuardedH11Protocol``, uvicorn's h11 protocol reporting request and response edges, and
+  refusing request heads over the size limit however they arrive, or framed by both Content-Length and
+  Transfer-Encoding.
+- ``head.py``: ``HeadAsGet``, HEAD served wherever GET is (installed with the routes).
+- ``graceful.py``: ``HandOverOnExit``, the two-step stop, said at the signal.
 - ``probe.py``: the probe-only listener (``probe_port``), so that a full main listener never fails the
   kubelet's probes.
 - ``limits.py``: the file limit, raised to its hard limit, and the caps kept below it (``Limits``).

@@ -103,14 +103,16 @@ def trainer_progress(
     """The projection of one ``trainerStatus``, from its fields as found (of any JSON type): both decoding
     paths end here (app/trainer/projectors.py)."""
     kept: dict[str, float] = {}
+    named: set[str] = set()  # every name listed so far, kept or not: a repeated name is skipped
     unparsable = invalid = over = 0
     for index, (name, value) in enumerate(metrics):
         if index >= MAX_METRICS_READ:
             over += 1
             continue
-        if not isinstance(name, str) or not is_metric_name(name) or name in kept:
+        if not isinstance(name, str) or not is_metric_name(name) or name in named:
             invalid += 1
             continue
+        named.add(name)
         number = metric_value(value)
         if number is None:
             unparsable += 1

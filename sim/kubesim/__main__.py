@@ -29,6 +29,13 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_TIME_WARP,
         help="simulated seconds per second of the generator's clock (lifetimes, deadlines)",
     )
+    p.add_argument(
+        "--unregistered-ratio",
+        type=float,
+        default=0.0,
+        help="share of TrainJobs referring to a runtime kind the Trainer has not registered, as stored while "
+        "its webhook is bypassed (default 0: a client meets only well-formed jobs)",
+    )
     p.add_argument("--history-window", type=int, default=10_000)
     p.add_argument("--bookmark-interval", type=float, default=60.0)
     p.add_argument(
@@ -54,7 +61,11 @@ async def serve(args: argparse.Namespace) -> None:
         namespaces=tuple(args.namespace),
     ) as sim:
         generator = WorkloadGenerator(
-            sim.store, seed=args.seed, max_jobs=max(args.jobs, 1), time_warp=args.time_warp
+            sim.store,
+            seed=args.seed,
+            max_jobs=max(args.jobs, 1),
+            time_warp=args.time_warp,
+            unregistered_ratio=args.unregistered_ratio,
         )
         generator.load_runtimes()
         if args.jobs:

@@ -131,6 +131,7 @@ def test_service_counts_object_too_large_hits() -> None:
 class View:
     terminal_page_max = 50
     debug_endpoints = True
+    settings = Settings()
 
     def __init__(self) -> None:
         self.telemetry = SelfTelemetry()

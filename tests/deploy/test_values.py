@@ -48,6 +48,7 @@ CONFIG_SAMPLE: dict[str, Any] = {
     "http_keep_alive_timeout_seconds": 3,
     "debug_endpoints": False,
     "auth_cache_seconds": 12.5,
+    "auth_outage_grace_seconds": 90.5,
     "auth_reviews_per_second": 7.5,
     "auth_reviews_per_client_per_second": 2.5,
     "log_level": "DEBUG",

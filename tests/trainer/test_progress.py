@@ -75,3 +75,11 @@ def test_a_hostile_list_is_read_up_to_a_bound() -> None:
     progress = trainer_progress(50, 10, None, [(f"m{i}", "1") for i in range(10_000)], max_metrics=16)
     assert len(progress.metrics) == 16
     assert progress.skipped_over_cap == 10_000 - 16
+
+
+def test_a_repeated_name_is_skipped_even_when_its_first_value_was_not_a_number() -> None:
+    # docs/metrics.md: a repeated name is skipped. The first "loss" (NaN) is no reading; the second must not
+    # stand in for it, or the series would show a value the trainer wrote second.
+    progress = trainer_progress(50, 10, None, [("loss", "NaN"), ("loss", "0.5"), ("acc", "0.9")])
+    assert progress.metrics == (("acc", 0.9),)
+    assert (progress.skipped_unparsable, progress.skipped_invalid_name) == (1, 1)

@@ -97,7 +97,10 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         token = bearer_token(scope["headers"])
-        verb = str(scope.get("method", "GET")).lower()
+        method = str(scope.get("method", "GET")).lower()
+        # HEAD reads what GET reads, less the body: authorized as "get" (as the apiserver does for resources),
+        # which the RBAC granting a scraper "get" on the path covers.
+        verb = "get" if method == "head" else method
         path: str = scope["path"]
         if token is None:
             decision = UNAUTHORIZED
@@ -137,7 +140,12 @@ def install_auth(app: Starlette, settings: Settings) -> LazyKubeReviewer | None:
         return service.client if service is not None else None
 
     limiter = ReviewLimiter(settings.auth_reviews_per_second, settings.auth_reviews_per_client_per_second)
-    reviewer = LazyKubeReviewer(client, settings.auth_cache_seconds, limiter=limiter)
+    reviewer = LazyKubeReviewer(
+        client,
+        settings.auth_cache_seconds,
+        limiter=limiter,
+        outage_grace_seconds=settings.auth_outage_grace_seconds,
+    )
     app.add_middleware(BearerAuth, reviewer=reviewer)
     register_collector(app, AuthTelemetry(reviewer.stats))
     return reviewer

@@ -5,7 +5,10 @@ the non-resource URL (the request path) by a SubjectAccessReview, as controller-
 does. A cached decision is always served; a miss first needs budget (app/api/auth/budget.py), then waits
 at most ``DEFAULT_SLOT_WAIT`` for one of ``DEFAULT_MAX_CONCURRENT_REVIEWS`` review slots, and the review
 itself (both calls) has one deadline of ``DEFAULT_REVIEW_TIMEOUT``: a request gets its answer, or a 503,
-within 6 s. API errors are never cached and answer 503: when we cannot ask, nobody gets in.
+within 6 s. API errors are never cached and answer 503: when we cannot ask, nobody gets in, except an
+identity the API allowed on this path recently: while the API cannot be reached (no answer, a timeout, 429
+or 5xx), a grant is honoured for ``outage_grace_seconds`` past its cache time (docs/security.md, "When the
+API server is down"). Denials are never extended, and each such use is counted (``stats.outage_grace``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class KubeReviewer:
         cache_seconds: float = 30.0,
         *,
         deny_cache_seconds: float | None = None,
+        outage_grace_seconds: float = 0.0,
         max_entries: int = DEFAULT_CACHE_ENTRIES,
         timeout: float = DEFAULT_REVIEW_TIMEOUT,
         max_concurrent: int = DEFAULT_MAX_CONCURRENT_REVIEWS,
@@ -64,8 +68,14 @@ class KubeReviewer:
         self._audiences = list(audiences)
         self._semaphore = asyncio.Semaphore(max_concurrent)
         self._cache = DecisionCache(
-            cache_seconds, deny_cache_seconds=deny_cache_seconds, max_entries=max_entries, clock=clock
+            cache_seconds,
+            deny_cache_seconds=deny_cache_seconds,
+            grace_seconds=outage_grace_seconds,
+            max_entries=max_entries,
+            clock=clock,
         )
+        self._outage_grace = outage_grace_seconds
+        self._last_grace_log = -_UNAVAILABLE_LOG_INTERVAL
         # Single flight: concurrent requests with the same token and path (an HA Prometheus pair scraping
         # together) share one review instead of each sending their own.
         self._inflight: dict[CacheKey, asyncio.Task[Decision]] = {}
@@ -135,6 +145,8 @@ class KubeReviewer:
             if isinstance(exc, TimeoutError) or (exc.status == 0 and exc.reason == "Timeout"):
                 self.stats.timeouts += 1
                 exc = ApiError(0, "Timeout", f"no answer within {self._timeout:g} s")
+            if _is_outage(exc) and (granted := self._cache.allowed_during_outage(key)) is not None:
+                return self._in_grace(*granted, exc)
             return self._unavailable(exc)
         except Exception:  # a malformed answer or a bug must fail closed, not with a 500 stack trace
             self.stats.api_errors += 1
@@ -198,6 +210,20 @@ class KubeReviewer:
         log.debug("user %r denied %s %s: %s", username, verb, path, why)
         return forbidden(username, verb, path, why)
 
+    def _in_grace(self, decision: Decision, expired_for: float, exc: ApiError) -> Decision:
+        self.stats.outage_grace += 1
+        now = time.monotonic()
+        if now - self._last_grace_log >= _UNAVAILABLE_LOG_INTERVAL:
+            self._last_grace_log = now
+            log.warning(
+                "cannot review bearer tokens (%s): letting identities the API allowed recently through, "
+                "each for at most %g s past its cache time (auth_outage_grace_seconds)",
+                exc,
+                self._outage_grace,
+                extra={"user": decision.user, "past_cache_seconds": round(expired_for, 1)},
+            )
+        return decision
+
     def _unavailable(self, exc: ApiError) -> Decision:
         now = time.monotonic()
         if now - self._last_unavailable_log >= _UNAVAILABLE_LOG_INTERVAL:
@@ -213,6 +239,12 @@ class KubeReviewer:
             "cannot verify the bearer token: the Kubernetes API is unavailable",
             retry_after=_UNAVAILABLE_RETRY_AFTER,
         )
+
+
+def _is_outage(exc: ApiError) -> bool:
+    """The API could not be asked (no answer, timeout, overload, server error), as opposed to an answer that
+    refuses us (401/403: our own credentials) or a malformed one."""
+    return exc.status in {0, 429} or exc.status >= 500
 
 
 def _object(value: Any, what: str) -> Mapping[str, Any]:

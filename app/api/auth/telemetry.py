@@ -22,6 +22,8 @@ class ReviewStats:
     cache_hits: int = 0
     api_errors: int = 0  # reviews that failed (timeouts included): answered 503
     timeouts: int = 0  # reviews past their deadline
+    # Requests let through on a recent grant past its cache time, the API being unreachable.
+    outage_grace: int = 0
     # Cache misses answered 503 without a review: over the client's or everyone's rate, or no slot in time.
     refused: dict[str, int] = field(default_factory=lambda: {"client_rate": 0, "rate": 0, "slot_wait": 0})
 
@@ -58,6 +60,12 @@ class AuthTelemetry(Collector):
             "trainer_metrics_auth_review_timeouts",
             "Reviews without an answer within their deadline (answered 503).",
             value=s.timeouts,
+        )
+        yield CounterMetricFamily(
+            "trainer_metrics_auth_outage_grace",
+            "Requests let through, the Kubernetes API being unreachable, on a decision it allowed within "
+            "auth_outage_grace_seconds past its cache time (docs/security.md).",
+            value=s.outage_grace,
         )
         yield CounterMetricFamily(
             "trainer_metrics_auth_review_errors",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, cast
 
 from app.trainer.quantity import device_count
 from app.trainer.rules.labels import _MAX_MEMO_KEY, _MEMO_MAX, is_resource_name
@@ -120,22 +120,23 @@ def node_rule(
 def coerce_count(value: object) -> tuple[int | None, bool]:
     """(count, malformed) for an int32 count such as numNodes; tolerant of what the schema forbids.
 
-    An integral float or a decimal string is accepted but flagged malformed; negatives, non-numbers
-    and fractions become ``None`` (so the next fallback applies) and are flagged; values beyond
-    int32 are clamped.
+    An integral float or a decimal string is accepted but flagged malformed; negatives, values beyond
+    int32 (which the schema refuses: clamped, they would be logged and counted as a request nobody
+    made), non-numbers and fractions become ``None`` (so the next fallback applies) and are flagged.
     """
     if value is None:
         return None, False
     if isinstance(value, bool):
         return None, True
     if isinstance(value, int):
-        if value < 0:
+        if not 0 <= value <= MAX_NUM_NODES:
             return None, True
-        return min(value, MAX_NUM_NODES), False
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return min(int(value), MAX_NUM_NODES), True
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 12:
-        return min(int(value), MAX_NUM_NODES), True
+        return value, False
+    integral = isinstance(value, float) and value.is_integer() and value >= 0
+    decimal = isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 12
+    if integral or decimal:
+        count = int(cast("float | str", value))
+        return (count if count <= MAX_NUM_NODES else None), True
     return None, True
 
 

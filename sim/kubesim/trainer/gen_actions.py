@@ -45,6 +45,7 @@ class JobActions(MultiKueueEvents):
 
     suspend_ratio: float
     deadline_ratio: float
+    unregistered_ratio: float
     finalizer_ratio: float
     _salt: str
     _sequence: int
@@ -77,7 +78,13 @@ class JobActions(MultiKueueEvents):
         name = shapes.job_name(self.rng, self._next_suffix())
         ratio = self.suspend_ratio if suspended is None else float(suspended)
         shape = shapes.random_shape(
-            self.rng, namespace, name, choice, suspend_ratio=ratio, deadline_ratio=self.deadline_ratio
+            self.rng,
+            namespace,
+            name,
+            choice,
+            suspend_ratio=ratio,
+            deadline_ratio=self.deadline_ratio,
+            unregistered_ratio=self.unregistered_ratio,
         )
         shape.finalizer = self.rng.random() < self.finalizer_ratio
         malformed = self.malformed_ratio > 0 and self.rng.random() < self.malformed_ratio

@@ -57,6 +57,7 @@ class WorkloadGenerator(Drivers):
         deadline_ratio: float = shapes.DEADLINE_RATIO,
         finalizer_ratio: float = 0.15,
         malformed_ratio: float = 0.0,
+        unregistered_ratio: float = shapes.UNREGISTERED_RATIO,
         time_warp: float = DEFAULT_TIME_WARP,
         clock: Callable[[], float] = time.time,
         min_delete_age: float = 0.0,
@@ -66,7 +67,9 @@ class WorkloadGenerator(Drivers):
         deadline falls due after activeDeadlineSeconds / warp of ``clock``), so a short run fills
         minute-to-day histogram buckets; ``suspend_ratio`` / ``deadline_ratio`` are the shares of jobs
         created with a Kueue queue / an activeDeadlineSeconds; ``malformed_ratio`` is the share of creates
-        and status writes made odd.
+        and status writes made odd; ``unregistered_ratio`` the share of TrainJobs referring to a runtime kind
+        the controller has not registered (``shapes.UNREGISTERED_REFS``: stored only while the webhook is
+        bypassed; the exporter logs each as having unusable fields, so the demo turns them off).
 
         ``min_delete_age`` (seconds of ``clock``): step() deletes a finished TrainJob only once it has been
         finished that long, and cancels (deletes) an unfinished one only once it exists that long, as on a
@@ -83,6 +86,7 @@ class WorkloadGenerator(Drivers):
         self.deadline_ratio = deadline_ratio
         self.finalizer_ratio = finalizer_ratio
         self.malformed_ratio = malformed_ratio
+        self.unregistered_ratio = unregistered_ratio
         self.time_warp = time_warp
         self.clock = clock
         self.truth = Truth(clock=clock)

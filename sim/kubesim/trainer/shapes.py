@@ -205,10 +205,13 @@ def random_shape(
     *,
     suspend_ratio: float,
     deadline_ratio: float = DEADLINE_RATIO,
+    unregistered_ratio: float = UNREGISTERED_RATIO,
 ) -> JobShape:
     queue = QUEUE_NAMES[int(rng.random() * len(QUEUE_NAMES))] if rng.random() < suspend_ratio else None
     deadline = DEADLINES[int(rng.random() * len(DEADLINES))] if rng.random() < deadline_ratio else None
-    ref = unregistered_ref(rng, runtime) if rng.random() < UNREGISTERED_RATIO else runtime_ref(rng, runtime)
+    # Drawn whatever the ratio, so that a seed makes the same jobs with these references on or off.
+    odd = rng.random() < unregistered_ratio
+    ref = unregistered_ref(rng, runtime) if odd else runtime_ref(rng, runtime)
     return JobShape(
         namespace=namespace,
         name=name,
