@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import Settings
 from app.main import create_app
+from app.metrics import counted
 from app.replica.service import Service
 from tests.support.waiting import eventually
 
@@ -451,7 +452,10 @@ class LeaseLog:
 def counter_values(service: Service) -> dict[str, dict[tuple[str, ...], int]]:
     """The replica's Trainer counters as its metric state holds them (what it exports while leading)."""
     state = service.metric_state
-    return {"created": dict(state.created.values), "finished": dict(state.finished.values)}
+    return {
+        "created": dict(state.counter(counted.CREATED).values),
+        "finished": dict(state.counter(counted.FINISHED).values),
+    }
 
 
 @dataclass
