@@ -1,6 +1,6 @@
 """The Trainer metrics (docs/design/product.md §3): their definitions and the state behind them.
 
-The series and their cached text are app/metrics/series.py's; the counter and histogram families, and
+The series and their cached text are app/metrics/series_cache.py's; the counter and histogram families, and
 what each Trainer event adds to them, are declared once in app/metrics/counted.py; this module keeps
 their state beside the two gauges (runtime_info, trainjobs) and renders them. A scrape costs nothing
 per TrainJob (docs/design/product.md §6, invariant 7). :class:`TrainerCollector` exposes the same state as a
@@ -9,7 +9,7 @@ regular prometheus-client ``Collector``: the tests compare its exposition with o
 What PromQL sees (docs/metrics.md, "How counting works"). With a ``zero_hold`` every counter and histogram
 series is born at zero: ``render_text`` / ``render_openmetrics`` are the *served* renders (one per
 scrape), and a series they show for the first time is shown with all its values 0 for ``zero_hold``
-seconds of served renders before its real values (app/metrics/series.py). Each leader term counts from
+seconds of served renders before its real values (app/metrics/series_cache.py). Each leader term counts from
 zero (``reset_counts``): a term's series are new to Prometheus (the leader's ``pod`` label), and a
 replica that leads again must not show what its earlier term counted but nobody saw, since the next
 leader counted those again. Listeners (``add_served_listener``) learn of every served render and of
@@ -32,17 +32,12 @@ from typing import assert_never
 
 from prometheus_client.metrics_core import Metric
 
+from app.metrics.cached_family import Family, Format
 from app.metrics.counted import FAMILIES, CountedFamily, series_of
 from app.metrics.exemplars import Exemplar
-from app.metrics.series import (
-    CounterFamily,
-    Family,
-    Format,
-    GaugeFamily,
-    HistogramFamily,
-    LabelValues,
-    SeriesCache,
-)
+from app.metrics.family_kinds import CounterFamily, GaugeFamily, HistogramFamily
+from app.metrics.formatting import LabelValues
+from app.metrics.series_cache import SeriesCache
 from app.trainer.events import CountableEvent, GaugeKey, RuntimeInfo
 
 __all__ = [
@@ -84,7 +79,7 @@ class TrainerMetricState:
         extra_families: Sequence[Family] = (),
         exemplars: bool = False,
     ) -> None:
-        """``flush_every``, ``publish_interval``: see :class:`app.metrics.series.SeriesCache`.
+        """``flush_every``, ``publish_interval``: see :class:`app.metrics.series_cache.SeriesCache`.
         ``zero_hold``: seconds a new counter or histogram series is served as zeros (born at zero); None:
         no hold, every render shows the real values (tests, benchmarks). ``extra_families``: gauge families
         kept by someone else (the opt-in per-TrainJob series, app/metrics/per_job.py), exported after

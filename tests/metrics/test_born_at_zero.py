@@ -1,5 +1,5 @@
 """Born at zero: every Trainer counter and histogram series is first served with all its values 0, and shows
-its real values only once that zero has been served for the hold time (app/metrics/series.py).
+its real values only once that zero has been served for the hold time (app/metrics/series_cache.py).
 
 PromQL never counts the first sample of a series; a series first scraped at 1 hides that increment from
 ``increase()`` and ``rate()``. The clock is injected, so every step here is exact."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from app.metrics.counted import FAMILIES
-from app.metrics.series import CounterFamily, HistogramFamily
+from app.metrics.family_kinds import CounterFamily, HistogramFamily
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.events import RuntimeInfo
 

@@ -19,7 +19,7 @@ from app.metrics.counted import (
     edge_of,
     series_of,
 )
-from app.metrics.series import CounterFamily, HistogramFamily
+from app.metrics.family_kinds import CounterFamily, HistogramFamily
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
 

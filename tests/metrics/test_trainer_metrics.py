@@ -17,7 +17,7 @@ from app.metrics.counted import (
     NODES_BUCKETS,
     REQUESTED_NODES,
 )
-from app.metrics.series import escape_label_value
+from app.metrics.formatting import escape_label_value
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.events import RuntimeInfo
 
