@@ -36,7 +36,7 @@ from app.kube.client import KubeClient
 from app.kube.lease import KubeLeaseClient, LeaseRecord
 from app.metrics.trainer_metrics import RuntimeProvider, TrainerMetricState
 from app.trainer.events import CountableEvent, RuntimeInfo, TrainerSink
-from app.trainer.projectors import TrainJobProjector
+from app.trainer.informer_projectors import TrainJobProjector
 from app.trainer.state import TrainerState
 
 __all__ = ["HandOver", "HandOverConfig"]

@@ -18,8 +18,8 @@ from app.kube.client import KubeClient
 from app.kube.exact_list import list_at
 from app.metrics.counted import AT_FLOOR_RESUMED, AT_FLOOR_RUNNING, AT_FLOOR_TERMINAL, edge_of
 from app.trainer.events import CountableEvent
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR, TrainJobProjector
 from app.trainer.kinds import TRAINJOBS
-from app.trainer.projectors import TRAINJOB_PROJECTOR, TrainJobProjector
 from app.trainer.rules import RUNNING
 
 __all__ = [

@@ -46,7 +46,7 @@ from app.metrics.cached_family import Family
 from app.metrics.formatting import LabelValues, floatToGoString
 from app.trainer import rules
 from app.trainer.progress import TrainerProgress
-from app.trainer.projections import BAD_NAMESPACE, TrainJobProjection
+from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
 
 __all__ = ["PerJobHandler", "PerJobSeries", "PerJobTelemetry", "ValueGaugeFamily"]
 

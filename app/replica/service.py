@@ -41,8 +41,8 @@ from app.metrics.trainer_metrics import RuntimeProvider, TrainerMetricState
 from app.replica.heap_trim import HeapTrimmer, load_malloc_trim
 from app.replica.informer_options import informer_options
 from app.trainer.events import TrainerSink
+from app.trainer.informer_projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TRAINING_RUNTIME_PROJECTOR
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
-from app.trainer.projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TRAINING_RUNTIME_PROJECTOR
 from app.trainer.state import TrainerState
 
 log = logging.getLogger(__name__)

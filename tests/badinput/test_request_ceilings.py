@@ -13,7 +13,7 @@ from app.metrics.telemetry import Limit, SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer import rules
 from app.trainer.events import JobCreated
-from app.trainer.projectors import TRAINJOB_PROJECTOR
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState
 from tests.badinput import strategies as S
 

@@ -29,8 +29,8 @@ from app.handover.watermarks import WATERMARK_ANNOTATION
 from app.kube.client import KubeClient
 from app.kube.lease import LeaseRecord
 from app.metrics.trainer_metrics import TrainerMetricState
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TRAINJOB_PROJECTOR
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
+from app.trainer.projection_types import TrainJobProjection
 from app.trainer.state import TrainerState
 from tests.support.promql_visible import visible_increase
 from tests.support.sinks import RecordingSink

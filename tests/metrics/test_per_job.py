@@ -15,8 +15,8 @@ from app.metrics.exposition import MetricsExposition
 from app.metrics.per_job import PerJobHandler, PerJobSeries, PerJobTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.events import JobAdmitted, JobStarted
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TrainJobProjector
+from app.trainer.informer_projectors import TrainJobProjector
+from app.trainer.projection_types import TrainJobProjection
 
 from .helpers import REF, reference_openmetrics, reference_text, samples, started
 

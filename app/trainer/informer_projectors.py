@@ -8,7 +8,7 @@ Two ways in, one result:
   quantity, a list where a map belongs...), it walks the generic JSON value and salvages what it
   can. It never raises; it returns ``None`` only when the key or uid cannot be determined.
 
-Both paths end in the same builders (app/trainer/projections.py) and the same pure rules
+Both paths end in the same builders (app/trainer/field_builders.py) and the same pure rules
 (app/trainer/rules/), so they agree on every well-formed object (tests check this over every
 manifest in sim/kubesim/trainer/data).
 """
@@ -20,9 +20,9 @@ from types import MappingProxyType
 from typing import Any, Final, cast
 
 from app.trainer import rules
+from app.trainer.field_builders import build_job, build_runtime, job_with_status, object_key
 from app.trainer.progress import DEFAULT_MAX_TRAINER_METRICS, TrainerProgress, json_metrics, trainer_progress
-from app.trainer.projection_build import build_job, build_runtime, job_with_status, object_key
-from app.trainer.projections import (
+from app.trainer.projection_types import (
     MALFORMED,
     SUSPEND,
     ReplicatedJobParts,
@@ -149,7 +149,7 @@ class TrainJobProjector:
 
     ``runtimes``: the runtimes by ref label, live (``TrainerState.runtimes_by_ref``): a job is running when a
     child Job of its runtime's training step is ready (rules.training_ready), decided when it is projected
-    (projection_build.training_jobs_of). Without it every job is read by the controller's naming
+    (field_builders.training_jobs_of). Without it every job is read by the controller's naming
     (rules.FALLBACK_TRAINING_JOBS), which is right for every built-in runtime.
     """
 
@@ -237,7 +237,7 @@ class TrainJobProjector:
             return None
         conditions, jobs, progress = self._wire_status(wire.status)
         # rules.training_ready over the typed entries, inlined for the same reason (with
-        # projection_build.training_jobs_of): no pairs built, and the runtime looked up only once an entry is
+        # field_builders.training_jobs_of): no pairs built, and the runtime looked up only once an entry is
         # ready (never for a job whose pods all wait).
         ready = False
         if jobs:
