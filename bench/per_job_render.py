@@ -17,8 +17,8 @@ from typing import Any
 
 from app.metrics.per_job import PerJobHandler, PerJobSeries
 from app.metrics.trainer_metrics import TrainerMetricState
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TrainJobProjector
+from app.trainer.informer_projectors import TrainJobProjector
+from app.trainer.projection_types import TrainJobProjection
 
 PROJECTOR = TrainJobProjector(trainer_status=True)
 

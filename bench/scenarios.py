@@ -160,12 +160,12 @@ def _service_defaults() -> dict[str, Any]:
 async def _informer_rate(kubeconfig: str, events: int, *, exact: bool = True) -> float:
     from app.kube.client import KubeClient
     from app.kube.informer import Informer
-    from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
-    from app.trainer.projectors import (
+    from app.trainer.informer_projectors import (
         CLUSTER_TRAINING_RUNTIME_PROJECTOR,
         TRAINING_RUNTIME_PROJECTOR,
         TRAINJOB_PROJECTOR,
     )
+    from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
 
     state, metric_state = _pipeline(exact=exact)
     client = await KubeClient.connect(kubeconfig)
@@ -200,7 +200,7 @@ async def _baseline_rate(kubeconfig: str, events: int) -> float:
     from kubernetes_asyncio import config as k8s_config
     from kubernetes_asyncio import watch
 
-    from app.trainer.projectors import TRAINJOB_PROJECTOR
+    from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 
     state, _ = _pipeline()
     api_client = await k8s_config.new_client_from_config(config_file=kubeconfig)
@@ -305,7 +305,7 @@ def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
     from app.kube.informer import cache_and_ingest
     from app.kube.informer_telemetry import InformerCounters
     from app.kube.ingest import Ingest
-    from app.trainer.projectors import (
+    from app.trainer.informer_projectors import (
         CLUSTER_TRAINING_RUNTIME_PROJECTOR,
         TRAINING_RUNTIME_PROJECTOR,
         TRAINJOB_PROJECTOR,
@@ -356,7 +356,7 @@ def _typed_decode() -> Callable[[Line], Any]:
     """msgspec's typed decode of a TrainJob watch line, as the informer's Decoder makes it of an update of a
     cached job: into the status wire type (no spec)."""
     from app.kube.decode import Decoder
-    from app.trainer.projectors import TRAINJOB_PROJECTOR
+    from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 
     decoder = Decoder(TRAINJOB_PROJECTOR)
     assert decoder.status_event_decoder is not None  # the TrainJob projector names a status wire type

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from app.kube.logthrottle import RateLimit
-from app.trainer.projections import compact_uid, uid_text
+from app.trainer.projection_types import compact_uid, uid_text
 
 __all__ = [
     "ADMITTED_BEFORE_ANNOTATION",

@@ -16,15 +16,13 @@ from collections.abc import Callable, Mapping
 from app.handover.journal import CountJournal
 from app.kube.client import KubeClient
 from app.kube.exact_list import list_at
-from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
+from app.metrics.counted import AT_FLOOR_RESUMED, AT_FLOOR_RUNNING, AT_FLOOR_TERMINAL, edge_of
+from app.trainer.events import CountableEvent
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR, TrainJobProjector
 from app.trainer.kinds import TRAINJOBS
-from app.trainer.projectors import TRAINJOB_PROJECTOR, TrainJobProjector
 from app.trainer.rules import RUNNING, SUSPENDED
 
 __all__ = [
-    "AT_FLOOR_RESUMED",
-    "AT_FLOOR_RUNNING",
-    "AT_FLOOR_TERMINAL",
     "HeldEdgeSettler",
     "counted_before",
     "terminal_at",
@@ -35,28 +33,15 @@ log = logging.getLogger(__name__)
 _PAGE_TIMEOUT = 30.0  # seconds per page of the LIST at the floor
 
 
-# What terminal_at says of a job as it was at the floor (bits; a bool True reads as AT_FLOOR_TERMINAL).
-AT_FLOOR_TERMINAL = 1
-AT_FLOOR_RUNNING = 2
-AT_FLOOR_RESUMED = 4
-
-
 def counted_before(event: CountableEvent, terminal_at_floor: Mapping[str, int]) -> bool:
     """Whether the previous leader counted an uncertain event (``CountJournal.take_uncertain``), from the
-    TrainJobs as they were at the floor (uid -> AT_FLOOR_* bits): a creation if the job existed then, a
-    finish if it was terminal then, a start if it was running then, an admission if it was resumed then.
-    Assumes the previous leader saw every edge up to its watermark, as the journal's skip rule does. (A
-    job that ran, or was resumed, before the floor and was not running, or was suspended again, at the
-    floor reads as not counted: counted twice rather than lost.)"""
-    if isinstance(event, JobCreated):
-        return event.uid in terminal_at_floor
-    state = int(terminal_at_floor.get(event.uid, 0))
-    if isinstance(event, JobFinished):
-        return bool(state & AT_FLOOR_TERMINAL)
-    if isinstance(event, JobStarted):
-        return bool(state & AT_FLOOR_RUNNING)
-    assert isinstance(event, JobAdmitted)
-    return bool(state & AT_FLOOR_RESUMED)
+    TrainJobs as they were at the floor (uid -> AT_FLOOR_* bits): the event's row in app/metrics/counted.py
+    names the bits its job had at the floor if the edge was counted (a creation: the job existed; a finish:
+    terminal; a start: running; an admission: resumed). Assumes the previous leader saw every edge up to
+    its watermark, as the journal's skip rule does. (A job that ran, or was resumed, before the floor and
+    was not running, or was suspended again, at the floor reads as not counted: counted twice rather than
+    lost.)"""
+    return edge_of(event).counted_before(terminal_at_floor.get(event.uid))
 
 
 async def terminal_at(

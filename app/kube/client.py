@@ -210,13 +210,6 @@ class KubeClient:
         api_client.user_agent = "trainer-metrics"
         return cls(api_client, _CredentialReloader(configuration, incluster, kube_loader))
 
-    @classmethod
-    def from_configuration(cls, configuration: Any) -> KubeClient:
-        """Wrap a ready kubernetes-asyncio Configuration (tests, embedded simulator)."""
-        api_client = ApiClient(configuration=configuration)
-        api_client.user_agent = "trainer-metrics"
-        return cls(api_client, _CredentialReloader(configuration, None, None))
-
     async def close(self) -> None:
         await self._api.close()
 

@@ -16,7 +16,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 # Fixed label vocabularies, so cardinality never depends on what the API server sends.
-EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
 RELIST_REASONS = (
     "expired",  # 410: watch ERROR event, HTTP 410 on watch, or an expired continue token
     "too_large_rv",  # 504 "Too large resource version" on a LIST with our RV: consistent read instead

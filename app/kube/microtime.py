@@ -29,7 +29,3 @@ def parse_microtime(text: str) -> datetime:
         raise ValueError(f"not a MicroTime (want YYYY-MM-DDTHH:MM:SS.ffffffZ): {text!r}")
     # fromisoformat (3.11+) understands "Z" and offsets; the regex above already enforced the 6 digits.
     return datetime.fromisoformat(text).astimezone(UTC)
-
-
-def now_microtime() -> str:
-    return format_microtime(datetime.now(UTC))

@@ -20,10 +20,6 @@ class ResourceKind:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    @property
-    def list_kind(self) -> str:
-        return f"{self.kind}List"
-
     def collection_path(self, namespace: str | None = None) -> str:
         """Collection URL; ``namespace=None`` means all namespaces (or a cluster-scoped resource)."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"

@@ -28,12 +28,12 @@ The Trainer segment and the CRC-32 of the Trainer bytes are kept until the Train
 scrape then compresses only the few kilobytes of self-telemetry and continues the CRC from the cached
 value (a CRC can be continued over appended data, not prepended data: hence the order).
 
-All methods run on the event loop thread. A scrape costs: the Trainer text from its cache (see
-series.py), the self-telemetry registry (collected every time, its families re-rendered only when they
-changed: app/metrics/registry_render.py, ~0.3 ms), and, if the Trainer text changed since the last gzip
-scrape, compressing it (~3 ms of CPU per MB at level 1, the largest cost for bodies of several MB); the
-async variant does that compression in a worker thread (zlib releases the GIL) while the loop renders the
-self-telemetry, so the two overlap on two cores and the loop is never held for the compression.
+All methods run on the event loop thread. A scrape costs: the Trainer text from its cache
+(app/metrics/series_cache.py), the self-telemetry registry (collected every time, its families re-rendered
+only when they changed: app/metrics/registry_render.py, ~0.3 ms), and, if the Trainer text changed since the
+last gzip scrape, compressing it (~3 ms of CPU per MB at level 1, the largest cost for bodies of several
+MB); the async variant does that compression in a worker thread (zlib releases the GIL) while the loop
+renders the self-telemetry, so the two overlap on two cores and the loop is never held for the compression.
 
 Bodies of several MB: glibc hands each freshly allocated multi-MB buffer back to the kernel when it is
 freed, so every scrape page-faults the new body in (~3-4 ms per 7 MB measured). Setting
@@ -51,7 +51,7 @@ from typing import NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from app.metrics.family import Format
+from app.metrics.cached_family import Format
 from app.metrics.protobuf import CONTENT_TYPE_PROTOBUF
 from app.metrics.registry_render import RegistryRenderer, openmetrics_family, protobuf_family, text_family
 

@@ -27,8 +27,9 @@ junk in a label). Self-telemetry (every replica): ``trainer_metrics_per_trainjob
 reached.
 
 Cost: O(1) per watch event of an exported job, and series re-rendered only when their value changed
-(app/metrics/series.py). A series' ``name{labels} `` prefix is not cached, unlike the aggregate families':
-there are thousands of these series, most never re-rendered, so the prefix would double their memory.
+(app/metrics/series_cache.py). A series' ``name{labels} `` prefix is not cached, unlike the aggregate
+families': there are thousands of these series, most never re-rendered, so the prefix would double their
+memory.
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from app.metrics import protobuf as pb
-from app.metrics.series import Family, LabelValues, floatToGoString
+from app.metrics.cached_family import Family
+from app.metrics.formatting import LabelValues, floatToGoString
 from app.trainer import rules
 from app.trainer.progress import TrainerProgress
-from app.trainer.projections import BAD_NAMESPACE, TrainJobProjection
+from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
 
 __all__ = ["PerJobHandler", "PerJobSeries", "PerJobTelemetry", "ValueGaugeFamily"]
 

@@ -38,7 +38,7 @@ from app.metrics.per_job import ValueGaugeFamily
 from app.trainer import rules
 from app.trainer.event_builder import MAX_ACCELERATOR_CLASSES, OTHER_ACCELERATOR_CLASS
 from app.trainer.pods import PodProjection
-from app.trainer.projections import BAD_NAMESPACE, TrainJobProjection
+from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
 
 __all__ = ["POD_STATUSES", "PodJobHandler", "PodSeries", "PodSeriesHandler", "PodSeriesTelemetry"]
 

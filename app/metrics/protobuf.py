@@ -13,7 +13,7 @@ library's serialization of the same messages (metrics.proto as Prometheus 2.42 p
 
 Per-series chunks: a MetricFamily is its header fields (name, help, type) followed by its metrics, each
 one field 4 (``metric_field``), so a series' chunk is a complete field that the cached-series engine
-(app/metrics/family.py) keeps and joins exactly as it does text lines; ``delimited`` puts the family's
+(app/metrics/cached_family.py) keeps and joins exactly as it does text lines; ``delimited`` puts the family's
 length in front. This module also encodes a prometheus_client registry (the self-telemetry, a few
 kilobytes, encoded per scrape as its text is).
 """

@@ -1,14 +1,15 @@
 """The Trainer metrics (docs/design/product.md §3): their definitions and the state behind them.
 
-The series and their cached text are app/metrics/series.py's; this module decides which families
-exist, in which order, and what a Trainer event does to them. A scrape costs nothing per TrainJob
-(docs/design/product.md §6, invariant 7). :class:`TrainerCollector` exposes the same state as a
+The series and their cached text are app/metrics/series_cache.py's; the counter and histogram families, and
+what each Trainer event adds to them, are declared once in app/metrics/counted.py; this module keeps
+their state beside the two gauges (runtime_info, trainjobs) and renders them. A scrape costs nothing
+per TrainJob (docs/design/product.md §6, invariant 7). :class:`TrainerCollector` exposes the same state as a
 regular prometheus-client ``Collector``: the tests compare its exposition with ours byte for byte.
 
 What PromQL sees (docs/metrics.md, "How counting works"). With a ``zero_hold`` every counter and histogram
 series is born at zero: ``render_text`` / ``render_openmetrics`` are the *served* renders (one per
 scrape), and a series they show for the first time is shown with all its values 0 for ``zero_hold``
-seconds of served renders before its real values (app/metrics/series.py). Each leader term counts from
+seconds of served renders before its real values (app/metrics/series_cache.py). Each leader term counts from
 zero (``reset_counts``): a term's series are new to Prometheus (the leader's ``pod`` label), and a
 replica that leads again must not show what its earlier term counted but nobody saw, since the next
 leader counted those again. Listeners (``add_served_listener``) learn of every served render and of
@@ -27,33 +28,19 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import assert_never
 
 from prometheus_client.metrics_core import Metric
 
-from app.metrics.series import (
-    CounterFamily,
-    Family,
-    Format,
-    GaugeFamily,
-    HistogramFamily,
-    LabelValues,
-    SeriesCache,
-)
-from app.trainer.events import (
-    CountableEvent,
-    GaugeKey,
-    JobAdmitted,
-    JobCreated,
-    JobFinished,
-    JobStarted,
-    RuntimeInfo,
-)
+from app.metrics.cached_family import Family, Format
+from app.metrics.counted import FAMILIES, CountedFamily, series_of
+from app.metrics.exemplars import Exemplar
+from app.metrics.family_kinds import CounterFamily, GaugeFamily, HistogramFamily
+from app.metrics.formatting import LabelValues
+from app.metrics.series_cache import SeriesCache
+from app.trainer.events import CountableEvent, GaugeKey, RuntimeInfo
 
 __all__ = [
-    "ACCELERATOR_BUCKETS",
-    "LIFETIME_BUCKETS",
-    "NODES_BUCKETS",
-    "STARTUP_BUCKETS",
     "RuntimeProvider",
     "SeriesRef",
     "ServedListener",
@@ -61,30 +48,13 @@ __all__ = [
     "TrainerMetricState",
 ]
 
-# Lifetime of a TrainJob, 1 minute to 7 days. Roughly doubling steps on the hour/day grid operators think
-# in (1m, 5m, 15m, 30m, 1h, 2h, 4h, 8h, 16h, 1d, 2d, 4d, 7d): 13 buckets keep the series small while
-# p50/p95 stay meaningful from short smoke-test jobs to week-long pre-training runs.
-LIFETIME_BUCKETS: tuple[float, ...] = (
-    60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 57600.0,
-    86400.0, 172800.0, 345600.0, 604800.0,
-)  # fmt: skip
-# Time to running and admission wait, 1 second to 7 days: a job whose pods are up in seconds and one that
-# waits days for GPUs or its queue both land in a bucket of their own (Kueue's admission-wait buckets, and the
-# hour/day grid of the lifetimes above 1 h).
-STARTUP_BUCKETS: tuple[float, ...] = (
-    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0,
-    86400.0, 259200.0, 604800.0,
-)  # fmt: skip
-# Requested training nodes: 1, 2, 4 ... 1024.
-NODES_BUCKETS: tuple[float, ...] = tuple(float(2**i) for i in range(11))
-# Requested accelerators: 0 (CPU-only jobs are observed as 0 with class "none"), then 1, 2, 4 ... 4096.
-ACCELERATOR_BUCKETS: tuple[float, ...] = (0.0, *(float(2**i) for i in range(13)))
-
 RuntimeProvider = Callable[[], Iterable[RuntimeInfo]]
 # One series: its family's name and its label values.
 SeriesRef = tuple[str, LabelValues]
 # Called after every served render: its time and the series whose hold it ended.
 ServedListener = Callable[[float, list[SeriesRef]], None]
+# Adds one increment to a counted family: (labels, value, exemplar).
+_Add = Callable[[LabelValues, float, Exemplar | None], None]
 
 _PREFIX = "kubeflow_trainer_"
 
@@ -109,7 +79,7 @@ class TrainerMetricState:
         extra_families: Sequence[Family] = (),
         exemplars: bool = False,
     ) -> None:
-        """``flush_every``, ``publish_interval``: see :class:`app.metrics.series.SeriesCache`.
+        """``flush_every``, ``publish_interval``: see :class:`app.metrics.series_cache.SeriesCache`.
         ``zero_hold``: seconds a new counter or histogram series is served as zeros (born at zero); None:
         no hold, every render shows the real values (tests, benchmarks). ``extra_families``: gauge families
         kept by someone else (the opt-in per-TrainJob series, app/metrics/per_job.py), exported after
@@ -125,48 +95,14 @@ class TrainerMetricState:
             "Information about a TrainingRuntime or ClusterTrainingRuntime (always 1).",
             ("namespace", "name", "api_group", "kind", "ml_policy", "pod_group_policy", "framework"),
         )
-        self.created = CounterFamily(
-            _PREFIX + "trainjob_created",
-            "TrainJobs created (first seen after the informer's initial list).",
-            ("namespace", "runtime_ref"),
-        )
-        self.finished = CounterFamily(
-            _PREFIX + "trainjob_finished",
-            "TrainJobs that reached a terminal state (once per TrainJob uid).",
-            ("result", "reason", "runtime_ref"),
-        )
-        self.lifetime = HistogramFamily(
-            _PREFIX + "trainjob_lifetime_seconds",
-            "Time from a TrainJob's creation to its terminal condition, in seconds.",
-            ("result", "runtime_ref"),
-            LIFETIME_BUCKETS,
-        )
-        self.requested_nodes = HistogramFamily(
-            _PREFIX + "trainjob_requested_training_nodes_per_job",
-            "Training nodes requested per TrainJob, observed when it is created.",
-            ("runtime_ref",),
-            NODES_BUCKETS,
-        )
-        self.requested_accelerators = HistogramFamily(
-            _PREFIX + "trainjob_requested_accelerators",
-            "Accelerators requested per TrainJob (per-node request times nodes), observed at creation.",
-            ("accelerator_class", "runtime_ref"),
-            ACCELERATOR_BUCKETS,
-        )
-        self.startup = HistogramFamily(
-            _PREFIX + "trainjob_startup_seconds",
-            "Time from a TrainJob's creation to the first time it was seen running (a child Job of the "
-            "training step ready), in seconds.",
-            ("runtime_ref",),
-            STARTUP_BUCKETS,
-        )
-        self.admission_wait = HistogramFamily(
-            _PREFIX + "trainjob_admission_wait_seconds",
-            "Time from a TrainJob's creation to its admission (Suspended condition False, reason Resumed), "
-            "for jobs held suspended before they ever ran, in seconds.",
-            ("runtime_ref",),
-            STARTUP_BUCKETS,
-        )
+        # The counter and histogram families, declared in app/metrics/counted.py.
+        self._counted: dict[CountedFamily, CounterFamily | HistogramFamily] = {
+            spec: _build(spec) for spec in FAMILIES
+        }
+        self._counting = tuple(self._counted.values())
+        self._add: dict[CountedFamily, _Add] = {
+            spec: _adder(family) for spec, family in self._counted.items()
+        }
         self.trainjobs = GaugeFamily(
             _PREFIX + "trainjobs",
             "Current TrainJobs by namespace, runtime and state.",
@@ -175,13 +111,7 @@ class TrainerMetricState:
         self._series = SeriesCache(
             (
                 self.runtime_info,
-                self.created,
-                self.finished,
-                self.lifetime,
-                self.requested_nodes,
-                self.requested_accelerators,
-                self.startup,
-                self.admission_wait,
+                *self._counting,
                 self.trainjobs,
                 *extra_families,
             ),
@@ -195,17 +125,7 @@ class TrainerMetricState:
         self._flush_every = flush_every
         self._zero_hold = zero_hold
         self._clock = clock
-        # The families whose series are born at zero: every counter and histogram (a new one must be
-        # added here too; tests/metrics/test_born_at_zero.py checks that none is missing).
-        self._counting: tuple[CounterFamily | HistogramFamily, ...] = (
-            self.created,
-            self.finished,
-            self.lifetime,
-            self.requested_nodes,
-            self.requested_accelerators,
-            self.startup,
-            self.admission_wait,
-        )
+        # Every counter and histogram is born at zero (tests/metrics/test_born_at_zero.py).
         if zero_hold is not None:
             for family in self._counting:
                 family.enable_hold()
@@ -219,14 +139,17 @@ class TrainerMetricState:
 
     def on_countable(self, event: CountableEvent) -> None:
         """Count an event now (the CountJournal calls this only while leading)."""
-        if isinstance(event, JobCreated):
-            self.count_created(event)
-        elif isinstance(event, JobFinished):
-            self.count_finished(event)
-        elif isinstance(event, JobStarted):
-            self.count_started(event)
+        increments = series_of(event)
+        if not increments:
+            return
+        add = self._add
+        if self._exemplars:
+            for family, labels, value in increments:
+                add[family](labels, value, (event, value))
         else:
-            self.count_admitted(event)
+            for family, labels, value in increments:
+                add[family](labels, value, None)
+        self._series.changed()
 
     def on_jobs_gauge(self, key: GaugeKey, value: int) -> None:
         # Kept as the series' latest value until the next publish or render: a TrainJob's state change
@@ -262,48 +185,19 @@ class TrainerMetricState:
 
     # --- counting ----------------------------------------------------------------------------------
 
-    def count_created(self, event: JobCreated) -> None:
-        ref = event.runtime_ref
-        ex = self._exemplars
-        self.created.inc((event.namespace, ref), (event, 1.0) if ex else None)
-        # A request above the ceilings (rules.requests_within_ceilings) is not observed:
-        # one absurd job would otherwise dominate the histograms' sums for ever.
-        if event.nodes_observed:
-            nodes = event.requested_nodes
-            self.requested_nodes.observe((ref,), nodes, (event, float(nodes)) if ex else None)
-        if event.accelerators_observed:
-            # One observation per accelerator class the job requests (upstream observes each class).
-            for accelerator_class, count in event.accelerators:
-                exemplar = (event, float(count)) if ex else None
-                self.requested_accelerators.observe((accelerator_class, ref), count, exemplar)
-        self._series.changed()
+    def counter(self, spec: CountedFamily) -> CounterFamily:
+        """The counter family ``spec`` declares (app/metrics/counted.py), for readers of its values."""
+        family = self._counted[spec]
+        if not isinstance(family, CounterFamily):
+            raise TypeError(f"{spec.name} is a {spec.kind}")
+        return family
 
-    def count_finished(self, event: JobFinished) -> None:
-        ref = event.runtime_ref
-        ex = self._exemplars
-        self.finished.inc((event.result, event.reason, ref), (event, 1.0) if ex else None)
-        lifetime = event.lifetime_seconds
-        # A NaN or infinite observation would poison the histogram sum forever; skip it. Clock skew
-        # between creation and the condition can make a lifetime slightly negative: count it as 0.
-        if lifetime is not None and math.isfinite(lifetime):
-            value = max(lifetime, 0.0)
-            self.lifetime.observe((event.result, ref), value, (event, value) if ex else None)
-        self._series.changed()
-
-    def count_started(self, event: JobStarted) -> None:
-        self._observe_duration(self.startup, event, event.startup_seconds)
-
-    def count_admitted(self, event: JobAdmitted) -> None:
-        self._observe_duration(self.admission_wait, event, event.wait_seconds)
-
-    def _observe_duration(
-        self, family: HistogramFamily, event: JobStarted | JobAdmitted, seconds: float
-    ) -> None:
-        # As for lifetimes: never a NaN or infinity into a sum, and clock skew counts as 0.
-        if math.isfinite(seconds):
-            value = max(seconds, 0.0)
-            family.observe((event.runtime_ref,), value, (event, value) if self._exemplars else None)
-            self._series.changed()
+    def histogram(self, spec: CountedFamily) -> HistogramFamily:
+        """The histogram family ``spec`` declares (app/metrics/counted.py), for readers of its values."""
+        family = self._counted[spec]
+        if not isinstance(family, HistogramFamily):
+            raise TypeError(f"{spec.name} is a {spec.kind}")
+        return family
 
     def extra_changed(self) -> None:
         """An ``extra_families`` series changed (as ``on_jobs_gauge`` does for the Trainer gauge)."""
@@ -327,28 +221,10 @@ class TrainerMetricState:
     def held_series_of(self, event: CountableEvent) -> SeriesRef | None:
         """A series ``event`` incremented that is still shown as zeros, or None: a served render shows
         the event's increments now (all its series are out of their hold)."""
-        if isinstance(event, JobCreated):
-            ref = event.runtime_ref
-            candidates: tuple[tuple[Family, LabelValues], ...] = (
-                (self.created, (event.namespace, ref)),
-                *(((self.requested_nodes, (ref,)),) if event.nodes_observed else ()),
-                *(
-                    (self.requested_accelerators, (cls, ref))
-                    for cls, _ in (event.accelerators if event.accelerators_observed else ())
-                ),
-            )
-        elif isinstance(event, JobFinished):
-            candidates = (
-                (self.finished, (event.result, event.reason, event.runtime_ref)),
-                (self.lifetime, (event.result, event.runtime_ref)),
-            )
-        elif isinstance(event, JobStarted):
-            candidates = ((self.startup, (event.runtime_ref,)),)
-        else:
-            candidates = ((self.admission_wait, (event.runtime_ref,)),)
-        for family, key in candidates:
-            if family.held(key):
-                return family.name, key
+        for spec, labels, _ in series_of(event):
+            family = self._counted[spec]
+            if family.held(labels):
+                return family.name, labels
         return None
 
     @property
@@ -439,6 +315,27 @@ class TrainerMetricState:
         )
         if self.runtime_info.changed:
             self._series.invalidate()
+
+
+def _build(spec: CountedFamily) -> CounterFamily | HistogramFamily:
+    match spec.kind:
+        case "counter":
+            return CounterFamily(spec.name, spec.help, spec.labels)
+        case "histogram":
+            return HistogramFamily(spec.name, spec.help, spec.labels, spec.buckets)
+        case _:
+            assert_never(spec.kind)
+
+
+def _adder(family: CounterFamily | HistogramFamily) -> _Add:
+    match family:
+        case CounterFamily():
+            inc = family.inc
+            return lambda labels, _value, exemplar: inc(labels, exemplar)
+        case HistogramFamily():
+            return family.observe
+        case _:
+            assert_never(family)
 
 
 class TrainerCollector:

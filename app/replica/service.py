@@ -1,4 +1,5 @@
-"""The running service: builds informers, Trainer state, metric state, journal and elector, and runs them.
+"""The running service: builds informers, the counting pipeline with its hand-over (app/handover/handover.py,
+one call) and the elector, and runs them.
 
 Start order: Kubernetes client → informers (every replica, warm standby) → once every informer has
 synced, the elector (so a new leader always exports from a warm cache) → periodic housekeeping.
@@ -23,14 +24,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from app.config import Settings, unknown_env_vars
-from app.handover.candidacy import defer_to_warm_followers, warm_head_start
-from app.handover.coverage import uncovered_streams
-from app.handover.journal import CountJournal
-from app.handover.lease_payload import LeasePayload
-from app.handover.scrape_wait import wait_until_scraped
-from app.handover.served import ServedLedger
-from app.handover.settle import HeldEdgeSettler
-from app.handover.watermarks import LeaseWatermarks
+from app.handover.candidacy import defer_to_warm_followers
+from app.handover.handover import HandOver, HandOverConfig
 from app.kube.client import KubeClient
 from app.kube.elector import LeaseElector
 from app.kube.elector_api import ElectorConfig
@@ -42,17 +37,13 @@ from app.kube.resources import ResourceKind
 from app.metrics.exposition import MetricsExposition
 from app.metrics.per_job import PerJobHandler, PerJobSeries, PerJobTelemetry
 from app.metrics.telemetry import SelfTelemetry
-from app.metrics.trainer_metrics import TrainerMetricState
+from app.metrics.trainer_metrics import RuntimeProvider, TrainerMetricState
 from app.replica.heap_trim import HeapTrimmer, load_malloc_trim
 from app.replica.informer_options import informer_options
 from app.replica.pods import PodSeriesFeature
-from app.trainer.events import CountableEvent
+from app.trainer.events import TrainerSink
+from app.trainer.informer_projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TRAINING_RUNTIME_PROJECTOR
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
-from app.trainer.projectors import (
-    CLUSTER_TRAINING_RUNTIME_PROJECTOR,
-    TRAINING_RUNTIME_PROJECTOR,
-    TrainJobProjector,
-)
 from app.trainer.state import TrainerState
 
 log = logging.getLogger(__name__)
@@ -89,61 +80,32 @@ class Service:
             on_change=lambda: self.metric_state.extra_changed(),  # noqa: PLW0108
             on_limit=self.telemetry.limit_hit,
         )
-        # The provider closes over self.state, built just below: runtime_info is read at render time only.
-        self.metric_state = TrainerMetricState(
-            runtime_provider=lambda: self.state.runtime_info(),  # noqa: PLW0108
-            extra_families=(
-                *(self.per_job.families if self.per_job is not None else ()),
-                *self.pods.families,
+        # The counting pipeline and the hand-over, built in one call (app/handover/handover.py).
+        self.handover = HandOver(
+            HandOverConfig(
+                identity=settings.identity,
+                journal_size=settings.handover_journal_size,
+                # One TrainJob watch per configured namespace, else one over all namespaces.
+                per_namespace=bool(settings.namespaces),
+                list_page_size=settings.list_page_size,
+                retry_period=settings.retry_period_seconds,
+                # trainerStatus is decoded only for the per-TrainJob series (app/trainer/wire.py).
+                trainer_status=self.per_job is not None,
+                max_trainer_metrics=settings.per_trainjob_max_trainer_metrics,
             ),
-            zero_hold=settings.zero_hold_seconds,
-            exemplars=settings.exemplars,
-        )
-        # One TrainJob watch per configured namespace, else one over all namespaces.
-        stream_of = _namespace_stream if settings.namespaces else _single_stream
-        self.ledger = ServedLedger(
-            self.metric_state,
-            hold=settings.zero_hold_seconds,
-            stream_of=stream_of,
-            max_tracked=max(1, settings.handover_journal_size),
-        )
-        self.journal = CountJournal(
-            self.ledger,
-            journal_size=settings.handover_journal_size,
+            metric_state=self._metric_state,
+            trainer_state=self._trainer_state,
             telemetry=self.telemetry,
-            stream_of=stream_of,
-            # The settler needs the journal, so it is built just below; it is called only while leading.
-            on_uncertain=lambda: self.settler.schedule(),  # noqa: PLW0108
-            # Creations waiting for their runtime keep the watermark below them (the state is built below).
-            waiting=lambda: self.state.waiting_rvs(per_namespace=bool(settings.namespaces)),
-        )
-        self.settler = HeldEdgeSettler(self.journal, lambda: self.client, page_size=settings.list_page_size)
-        self.lease_watermarks = LeaseWatermarks(settings.identity)
-        self.state = TrainerState(
-            self.journal,
-            gauge_sink=self.metric_state,
-            max_unknown_runtime_refs=settings.max_unknown_runtime_refs,
             on_limit=self.telemetry.limit_hit,
-            accelerator_patterns=settings.accelerator_resource_patterns,
-            max_accelerator_classes=settings.max_accelerator_classes,
-            max_failure_reasons=settings.max_failure_reasons,
-            cluster_runtimes_watched=settings.watch_cluster_runtimes,
+            client=lambda: self.client,  # connected by start()
         )
-        # One TrainJob projector for the informers and the settler's LIST at a floor: a job runs when its
-        # runtime's training step is ready, found through the runtimes the state knows
-        # (app/trainer/projectors.py). trainerStatus is decoded only for the per-TrainJob series
-        # (app/trainer/wire.py).
-        self.trainjob_projector = TrainJobProjector(
-            runtimes=self.state.runtimes_by_ref,
-            steps=self.state.inherited_steps,
-            trainer_status=self.per_job is not None,
-            max_trainer_metrics=settings.per_trainjob_max_trainer_metrics,
-        )
-        self.settler.projector = self.trainjob_projector
+        # Its parts, for the routes (app/api/views.py) and the tests.
+        self.metric_state = self.handover.metric_state
+        self.state = self.handover.state
+        self.journal = self.handover.journal
+        self.ledger = self.handover.ledger
+        self.lease_watermarks = self.handover.watermarks
         self.state.watch_jobs(lambda: (job for i in self._trainjob_informers for _, job in i.items()))
-        self.lease_payload = LeasePayload(
-            self.lease_watermarks, self.state, on_limit=self.telemetry.limit_hit
-        )
         self.exposition = MetricsExposition(self.registry)
         # A scrape runs ahead of watch ingestion on the loop (app/kube/priority.py).
         self.priority = LoopPriority()
@@ -156,6 +118,30 @@ class Service:
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: list[str] = []
         self._handed_over: bool | None = None  # outcome of this term's hand_over(), once it ran
+
+    def _metric_state(self, runtimes: RuntimeProvider) -> TrainerMetricState:
+        return TrainerMetricState(
+            runtime_provider=runtimes,
+            extra_families=(
+                *(self.per_job.families if self.per_job is not None else ()),
+                *self.pods.families,
+            ),
+            zero_hold=self.settings.zero_hold_seconds,
+            exemplars=self.settings.exemplars,
+        )
+
+    def _trainer_state(self, sink: TrainerSink, gauge_sink: TrainerSink) -> TrainerState:
+        s = self.settings
+        return TrainerState(
+            sink,
+            gauge_sink=gauge_sink,
+            max_unknown_runtime_refs=s.max_unknown_runtime_refs,
+            on_limit=self.telemetry.limit_hit,
+            accelerator_patterns=s.accelerator_resource_patterns,
+            max_accelerator_classes=s.max_accelerator_classes,
+            max_failure_reasons=s.max_failure_reasons,
+            cluster_runtimes_watched=s.watch_cluster_runtimes,
+        )
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -173,7 +159,7 @@ class Service:
             # Before the first list: a job preempted now must be known to have run before its next run is
             # seen, or this replica would take that run for its first (app/handover/history.py).
             leases = KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds)
-            await self.lease_payload.read(leases, s.lease_namespace, s.lease_name)
+            await self.handover.read_lease(leases, s.lease_namespace, s.lease_name)
         self.informers = self._build_informers(self.client)
         for informer in self.informers:
             self._spawn(informer.run(), f"informer {informer.name}")
@@ -200,7 +186,7 @@ class Service:
     async def stop(self, *, graceful: bool = True) -> None:
         if graceful:
             await self.hand_over()
-        await self.settler.stop()
+        await self.handover.stop()
         # Reverse order of start: the elector's task releases the Lease when cancelled.
         for task in reversed(self._tasks):
             task.cancel()
@@ -233,7 +219,7 @@ class Service:
                 priority=self.priority,
             )
 
-        projector = self.trainjob_projector
+        projector = self.handover.trainjob_projector
         if self.per_job is not None:
             jobs = PerJobHandler(jobs, self.per_job)
         jobs = self.pods.job_handler(jobs)
@@ -278,14 +264,10 @@ class Service:
             "informers synced",
             extra={"trainjobs": self.trainjob_count(), "runtimes": len(self.state.runtimes())},
         )
-        self.lease_payload.forget_absent_jobs(
-            job.uid_key for informer in self._trainjob_informers for _, job in informer.items()
+        self.handover.listed(
+            ((informer.namespace or "", informer.resource_version) for informer in self._trainjob_informers),
+            (job.uid_key for informer in self._trainjob_informers for _, job in informer.items()),
         )
-        # Edges before each first list were never seen as edges here: the journal covers what comes after.
-        for informer in self._trainjob_informers:
-            rv = informer.resource_version
-            if rv.isdigit():
-                self.journal.remember_from(informer.namespace or "", int(rv))
         if self._owns_process:
             # The synced caches live as long as the process. Left in the collected generations, every
             # full collection walks all of them: 40-60 ms event-loop pauses under a watch firehose
@@ -313,7 +295,7 @@ class Service:
         leases = KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds)
         self._record_deferred_to = await defer_to_warm_followers(
             leases,
-            self.lease_payload.observe,
+            self.handover.observe,
             namespace=s.lease_namespace,
             name=s.lease_name,
             identity=s.identity,
@@ -324,9 +306,8 @@ class Service:
             leases,
             config,
             _Callbacks(self),
-            # What a scrape has shown, not what was counted (app/handover/served.py).
-            annotations=lambda: self.lease_payload.annotations(self.served_watermarks()),
-            on_observed=self.lease_payload.observe,
+            annotations=self.handover.annotations,
+            on_observed=self.handover.observe,
             takeover_delay=self.takeover_delay,
         )
         await self.elector.run()
@@ -334,28 +315,12 @@ class Service:
     # --- hand-over -------------------------------------------------------------------------------
 
     def takeover_delay(self, record: LeaseRecord) -> float:
-        """How long after ``record`` became free to wait before taking it: the warm candidates' head
-        start (``warm_head_start``, as at start-up) when this replica's journal starts
-        above the floor it would take over from, so that it could not replay what the holder counted
-        and no scrape showed, and a replica that remembers those events should win; else 0."""
-        if not self.journal.journal_size:
-            return 0.0  # nobody remembers anything: no replica is better placed than another
-        first = self._record_deferred_to
-        if (
-            first is not None
-            and first.holder_identity == record.holder_identity
-            and first.renew_time == record.renew_time
-        ):
-            return 0.0  # the record start-up already deferred on: the warm replicas had their chance
-        floor = self.lease_watermarks.takeover_floor(record)
-        if not uncovered_streams(self.journal.remembered_from, floor):
-            return 0.0
-        return warm_head_start(self.settings.retry_period_seconds)
+        """The elector's ``takeover_delay`` (``HandOver.takeover_delay``)."""
+        return self.handover.takeover_delay(record, self._record_deferred_to)
 
     def served_watermarks(self) -> dict[str, int]:
-        """The watermarks to publish: what this replica counted and every scraper has seen
-        (app/handover/served.py), per stream."""
-        return self.ledger.watermarks(self.journal.watermarks)
+        """The watermarks to publish (``HandOver.served_watermarks``)."""
+        return self.handover.served_watermarks()
 
     @property
     def handover_wait_seconds(self) -> float:
@@ -386,7 +351,7 @@ class Service:
             # the wait covers them too.
             self.state.flush_pending(math.inf)
             self.journal.pause_counting()
-        seen, reason, waited = await wait_until_scraped(self.ledger, self.journal, self.handover_wait_seconds)
+        seen, reason, waited = await self.handover.wait_until_scraped(self.handover_wait_seconds)
         if seen:
             log.info(
                 "hand-over: every count of this leader has been scraped", extra={"waited_seconds": waited}
@@ -409,12 +374,8 @@ class Service:
     # --- leadership ------------------------------------------------------------------------------
 
     def _start_exporting(self, previous: LeaseRecord | None) -> None:
-        floor = self.lease_watermarks.takeover_floor(previous)
-        # Each term counts from zero: its series are new to Prometheus (this pod), born at zero.
         self._handed_over = None
-        self.metric_state.reset_counts()
-        self.ledger.start_term()
-        replayed = self.journal.start_leading(floor)
+        floor, replayed = self.handover.start_term(previous)
         self.exposition.set_trainer_source(self.metric_state)
         log.info(
             "started leading: exporting the Trainer metrics",
@@ -427,8 +388,7 @@ class Service:
         self.state.flush_pending(math.inf)
         # Unregister first: from this instant no scrape of this replica shows Trainer metrics.
         self.exposition.set_trainer_source(None)
-        served = self.served_watermarks()
-        self.journal.stop_leading(seen=served)
+        served = self.handover.stop_term()
         log.info(
             "stopped leading: Trainer metrics no longer exported",
             extra={
@@ -477,11 +437,3 @@ class _Callbacks:
 
     def on_new_leader(self, identity: str | None) -> None:
         pass  # the elector logs it; the service acts only on its own leadership
-
-
-def _namespace_stream(event: CountableEvent) -> str:
-    return event.namespace
-
-
-def _single_stream(event: CountableEvent) -> str:
-    return ""

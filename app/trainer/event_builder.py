@@ -13,7 +13,7 @@ from typing import Final
 from app.kube.logthrottle import short
 from app.trainer import rules
 from app.trainer.events import JobAdmitted, JobCreated, JobFinished, JobStarted
-from app.trainer.projections import TrainJobProjection
+from app.trainer.projection_types import TrainJobProjection
 from app.trainer.refs import RuntimeRefs
 
 __all__ = [

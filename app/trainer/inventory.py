@@ -12,7 +12,7 @@ from app.trainer import rules
 from app.trainer.event_builder import LoggedOnce
 from app.trainer.events import RuntimeInfo
 from app.trainer.kinds import TRAINER_GROUP
-from app.trainer.projections import RuntimeProjection
+from app.trainer.projection_types import RuntimeProjection
 
 __all__ = ["RuntimeInventory"]
 

@@ -15,7 +15,7 @@ import msgspec
 
 from app.trainer.event_builder import rv_int
 from app.trainer.events import CountableEvent
-from app.trainer.projections import TrainJobProjection
+from app.trainer.projection_types import TrainJobProjection
 
 
 class Waiting(msgspec.Struct, gc=False):

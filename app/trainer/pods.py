@@ -5,9 +5,9 @@ A pod's JSON is 5-20 KB; its projection keeps what the pod series read (app/metr
 phase, the devices it holds as the scheduler counts them (app/trainer/rules/pods.py), and the reasons a
 failed pod gives (its status' reason, its failed container's termination reason).
 
-Two ways in, one result, as for the TrainJobs (app/trainer/projectors.py): the typed path (msgspec into
-app/trainer/pod_wire.py) and the tolerant ``from_json``, which salvages what it can of an object the typed
-decoder rejects and returns None only without a name or uid. Both end in ``build_pod``.
+Two ways in, one result, as for the TrainJobs (app/trainer/informer_projectors.py): the typed path
+(msgspec into app/trainer/pod_wire.py) and the tolerant ``from_json``, which salvages what it can of an
+object the typed decoder rejects and returns None only without a name or uid. Both end in ``build_pod``.
 """
 
 from __future__ import annotations

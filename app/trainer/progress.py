@@ -4,7 +4,7 @@ What the training runtime reports about itself: ``progressPercentage`` (int32, 0
 ``estimatedRemainingSeconds`` (int32 >= 0), ``metrics[{name, value}]`` (at most 256, both strings of 1 to 64
 characters, "Values must be serialized as a string") and ``lastUpdatedTime`` (kubeflow/trainer v2.3.0 CRD,
 ``trainer.kubeflow.org_trainjobs.yaml``). Only the opt-in per-TrainJob series read it
-(app/metrics/per_job.py), so it is projected only when they are on (app/trainer/projectors.py).
+(app/metrics/per_job.py), so it is projected only when they are on (app/trainer/informer_projectors.py).
 
 A trainer metric becomes a series only when its value parses as a finite decimal number and its name is a
 usable label value (``is_metric_name``); the rest is skipped and counted, never guessed at: a value such as
@@ -101,7 +101,7 @@ def trainer_progress(
     max_metrics: int = DEFAULT_MAX_TRAINER_METRICS,
 ) -> TrainerProgress:
     """The projection of one ``trainerStatus``, from its fields as found (of any JSON type): both decoding
-    paths end here (app/trainer/projectors.py)."""
+    paths end here (app/trainer/informer_projectors.py)."""
     kept: dict[str, float] = {}
     named: set[str] = set()  # every name listed so far, kept or not: a repeated name is skipped
     unparsable = invalid = over = 0

@@ -19,7 +19,7 @@ from typing import Final
 
 from app.trainer import rules
 from app.trainer.events import GaugeKey, TrainerSink
-from app.trainer.projections import RuntimeProjection
+from app.trainer.projection_types import RuntimeProjection
 
 UNKNOWN_RUNTIME_REFS_LIMIT: Final = "unknown_runtime_refs"  # app.metrics.telemetry.LIMITS
 

@@ -1,7 +1,7 @@
 """StepSnapshots: the training steps of jobs whose runtime has changed since they were resolved, passed from
 replica to replica in the Lease as the other per-job facts are (app/trainer/history.py).
 
-A job's training step is resolved once and kept in its projection (app/trainer/projection_build.py
+A job's training step is resolved once and kept in its projection (app/trainer/field_builders.py
 resolve_step), as the controller keeps a copy of the runtime per job (kubeflow/trainer v2.3.0
 ``pkg/runtime/core/snapshot.go``). A replica that lists the job after its runtime was edited or deleted would
 resolve it from the runtime as it is now; the copy the controller runs from is in a ConfigMap this exporter
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from app.trainer import rules
-from app.trainer.projections import RuntimeProjection, TrainJobProjection
+from app.trainer.projection_types import RuntimeProjection, TrainJobProjection
 
 __all__ = ["MAX_INHERITED_STEPS", "StepSnapshots", "UidKey"]
 

@@ -74,7 +74,7 @@ from app.trainer.events import (
 from app.trainer.history import TOMB_ADMITTED, TOMB_RAN, TOMB_TERMINAL, EdgeHistory
 from app.trainer.inventory import RuntimeInventory
 from app.trainer.pending import PendingCreated, Waiting
-from app.trainer.projections import (
+from app.trainer.projection_types import (
     BAD_NAMESPACE,
     MALFORMED,
     RESUMED,

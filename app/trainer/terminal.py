@@ -16,7 +16,7 @@ from typing import Any, Final
 import msgspec
 
 from app.trainer import rules
-from app.trainer.projections import TrainJobProjection, compact_uid, uid_text
+from app.trainer.projection_types import TrainJobProjection, compact_uid, uid_text
 
 
 class _TerminalFields(msgspec.Struct, frozen=True, gc=False):

@@ -3,7 +3,7 @@
 They name only the JSON paths the metrics read, so msgspec skips everything else (managedFields,
 annotations...) at C speed. Field names are the JSON names. A value of the wrong JSON type fails
 decoding (``msgspec.ValidationError``), and the informer then takes the tolerant path
-(app/trainer/projectors.py ``from_json``), which salvages what it can.
+(app/trainer/informer_projectors.py ``from_json``), which salvages what it can.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from app.trainer import rules
 from app.trainer.events import GaugeKey
-from app.trainer.projections import RuntimeProjection, TrainJobProjection
+from app.trainer.projection_types import RuntimeProjection, TrainJobProjection
 from app.trainer.quantity import NOT_A_COUNT
 from tests.support.sinks import RecordingSink
 

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from app.kube.decode import Decoder
 from app.kube.informer import Informer, InformerOptions
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 from app.trainer.kinds import TRAINJOBS
-from app.trainer.projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState
 from tests.badinput import strategies as S
 from tests.support.informer_fakes import FakeClient, running

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from app.trainer import rules
 from app.trainer.events import JobCreated
-from app.trainer.projectors import (
+from app.trainer.informer_projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,

@@ -17,8 +17,8 @@ from app.kube.informer import Informer, InformerOptions
 from app.main import create_app
 from app.metrics.telemetry import Limit, SelfTelemetry
 from app.replica.service import Service
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 from app.trainer.kinds import TRAINJOBS
-from app.trainer.projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState
 from tests.badinput import strategies as S
 from tests.support.informer_fakes import FakeClient, running, until

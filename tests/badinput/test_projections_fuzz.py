@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.trainer import rules
-from app.trainer.projections import MALFORMED, TrainJobProjection
-from app.trainer.projectors import (
+from app.trainer.informer_projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
 )
+from app.trainer.projection_types import MALFORMED, TrainJobProjection
 from tests.badinput import strategies as S
 
 FUZZ = settings(

@@ -13,7 +13,7 @@ from app.metrics.telemetry import Limit, SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer import rules
 from app.trainer.events import JobCreated
-from app.trainer.projectors import TRAINJOB_PROJECTOR
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 from app.trainer.state import TrainerState
 from tests.badinput import strategies as S
 
@@ -77,7 +77,7 @@ def test_huge_gpu_request_is_counted_but_left_out_of_the_histograms() -> None:
 
     metrics = TrainerMetricState()
     for event in events:
-        metrics.count_created(event)
+        metrics.on_countable(event)
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(metrics.render_text().decode())
@@ -103,7 +103,7 @@ def test_absurd_node_count_is_left_out_of_both_histograms() -> None:
 
     metrics = TrainerMetricState()
     for event in events:
-        metrics.count_created(event)
+        metrics.on_countable(event)
     text = metrics.render_text().decode()
     nodes_sum = [
         s.value

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from app.metrics.telemetry import Limit
 from app.trainer import rules
 from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import (
+from app.trainer.informer_projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
 )
+from app.trainer.projection_types import TrainJobProjection
 from app.trainer.state import TrainerState
 from tests.badinput import strategies as S
 

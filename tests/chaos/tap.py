@@ -26,24 +26,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from app.metrics.counted import edge_of
 from app.replica.service import Service
-from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
+from app.trainer.events import CountableEvent
 from tests.support.promql_visible import event_increments
 
 Record = dict[str, Any]
 Emit = Callable[[Record], None]
-
-
-def event_kind(event: CountableEvent) -> str:
-    if isinstance(event, JobCreated):
-        return "created"
-    if isinstance(event, JobFinished):
-        return "finished"
-    if isinstance(event, JobStarted):
-        return "started"
-    if isinstance(event, JobAdmitted):
-        return "admitted"
-    return type(event).__name__
 
 
 def _floor(previous: int | Mapping[str, int] | None) -> int | None:
@@ -77,7 +66,7 @@ def install_tap(service: Service, emit: Emit) -> None:
             {
                 "k": "count",
                 "t": time.monotonic(),
-                "kind": event_kind(event),
+                "kind": edge_of(event).name,
                 "uid": str(event.uid),
                 "rv": event.rv,
                 "since": event.since,  # a relist found it: the rv its informer held before the gap

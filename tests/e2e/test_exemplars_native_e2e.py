@@ -175,7 +175,7 @@ def test_exemplars_name_real_jobs_with_their_values(run: Run, server: str) -> No
 
 
 def _bounds_below(le: float) -> list[float]:
-    from app.metrics.trainer_metrics import LIFETIME_BUCKETS
+    from app.metrics.counted import LIFETIME_BUCKETS
 
     return [b for b in LIFETIME_BUCKETS if b < le]
 

@@ -9,8 +9,8 @@ the only count of it dies unseen with the old leader's series (docs/leadership.m
 watermark"). The same holds for an edge a new leader holds as uncertain: until it is settled, the
 watermark it publishes must not claim anything above its floor.
 
-Each replica here is the counting pipeline app/replica/service.py builds (TrainerState -> CountJournal ->
-ServedLedger -> TrainerMetricState) with its Lease policy (LeaseWatermarks), driven by hand: informer
+Each replica here is the counting pipeline app/replica/service.py builds (``HandOver``: TrainerState ->
+CountJournal -> ServedLedger -> TrainerMetricState, with its Lease policy), driven by hand: informer
 notifications, served renders (a scrape: the one scraper, whose interval is the hold), Lease writes and
 kills. What the scraper stored is turned into the increments PromQL sees (tests/support/promql_visible.py).
 """
@@ -23,15 +23,14 @@ from typing import Any, cast
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.handover.handover import HandOver, HandOverConfig
 from app.handover.journal import CountJournal
-from app.handover.served import ServedLedger
-from app.handover.settle import HeldEdgeSettler
-from app.handover.watermarks import WATERMARK_ANNOTATION, LeaseWatermarks
+from app.handover.watermarks import WATERMARK_ANNOTATION
 from app.kube.client import KubeClient
 from app.kube.lease import LeaseRecord
 from app.metrics.trainer_metrics import TrainerMetricState
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TRAINJOB_PROJECTOR
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
+from app.trainer.projection_types import TrainJobProjection
 from app.trainer.state import TrainerState
 from tests.metrics.helpers import created
 from tests.support.promql_visible import visible_increase
@@ -120,22 +119,26 @@ class Replica:
 
     def __init__(self, name: str, clock: Clock, api: ListAt | None = None) -> None:
         self.name = name
-        self.metrics = TrainerMetricState(zero_hold=HOLD, clock=clock)
-        self.ledger = ServedLedger(self.metrics, hold=HOLD, stream_of=lambda _e: "", clock=clock)
-        # The settler needs the journal, so it is built just below (as in the service).
-        self.journal = CountJournal(
-            self.ledger,
-            journal_size=100,
-            on_uncertain=lambda: self.settler.schedule(),  # noqa: PLW0108
-            waiting=lambda: self.state.waiting_rvs(per_namespace=False),
-        )
         client = cast(KubeClient, api) if api is not None else None
-        self.settler = HeldEdgeSettler(self.journal, lambda: client, page_size=50)
-        self.state = TrainerState(
-            self.journal, gauge_sink=self.metrics, clock=clock, wall_clock=lambda: 1.75e9
+        self.handover = HandOver(
+            HandOverConfig(name, journal_size=100, per_namespace=False, list_page_size=50, retry_period=1.0),
+            metric_state=lambda runtimes: TrainerMetricState(runtimes, zero_hold=HOLD, clock=clock),
+            trainer_state=lambda sink, gauges: TrainerState(
+                sink, gauge_sink=gauges, clock=clock, wall_clock=lambda: 1.75e9
+            ),
+            client=lambda: client,
+            clock=clock,
+        )
+        h = self.handover
+        self.metrics, self.ledger, self.journal, self.settler, self.state = (
+            h.metric_state,
+            h.ledger,
+            h.journal,
+            h.settler,
+            h.state,
         )
         self.state.runtime_handler.on_added(runtime(), True)
-        self.lease = LeaseWatermarks(name)
+        self.lease = h.watermarks
         self.terms = 0
         # (term, sample name, labels) -> the values the scraper stored, in time order
         self.stored: dict[tuple[int, str, tuple[tuple[str, str], ...]], list[float]] = defaultdict(list)
@@ -165,16 +168,13 @@ class Replica:
     def lead(self, previous: LeaseRecord | None) -> None:
         if previous is not None:
             self.lease.observe(previous)
-        floor = self.lease.takeover_floor(previous)
-        self.metrics.reset_counts()
-        self.ledger.start_term()
-        self.journal.start_leading(floor)
+        self.handover.start_term(previous)
         self.terms += 1
 
     def renew(self) -> LeaseRecord:
         """The Lease as this leader writes it with a renewal: the served watermarks."""
-        served = self.ledger.watermarks(self.journal.watermarks)
-        return LeaseRecord(self.name, 15, None, None, 0, self.lease.annotations(served), "1")
+        annotations = self.lease.annotations(self.handover.served_watermarks())
+        return LeaseRecord(self.name, 15, None, None, 0, annotations, "1")
 
     def scrape(self) -> None:
         """A served render, stored by the scraper."""

@@ -13,6 +13,7 @@ import uvicorn
 
 from app.handover.journal import CountJournal
 from app.handover.served import ServedLedger
+from app.metrics.counted import CREATED
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.serving.graceful import HandOverOnExit
 from app.trainer.events import CountableEvent
@@ -150,7 +151,7 @@ def test_a_new_term_forgets_the_previous_terms_events() -> None:
     ledger.start_term()
     journal.start_leading(0)  # the event was counted and never shown: this term counts it again
     assert ledger.unseen == 1
-    assert state.created.values == {("team-a", created(1).runtime_ref): 1}
+    assert state.counter(CREATED).values == {("team-a", created(1).runtime_ref): 1}
 
 
 def test_an_entry_a_scrape_showed_is_not_shown_again_by_a_later_term() -> None:
@@ -166,7 +167,7 @@ def test_an_entry_a_scrape_showed_is_not_shown_again_by_a_later_term() -> None:
     state.reset_counts()
     ledger.start_term()
     assert journal.start_leading(0) == 1
-    assert sum(state.created.values.values()) == 1
+    assert sum(state.counter(CREATED).values.values()) == 1
 
 
 def test_too_many_unseen_events_keep_the_watermark_below_them_for_the_term() -> None:

@@ -19,8 +19,8 @@ from app.handover.history import TRAINING_STEPS_ANNOTATION, format_training_step
 from app.handover.lease_payload import LeasePayload
 from app.handover.watermarks import LeaseWatermarks
 from app.kube.lease import LeaseRecord
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TrainJobProjector
+from app.trainer.informer_projectors import TrainJobProjector
+from app.trainer.projection_types import TrainJobProjection
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
 from tests.trainer.manifests import Clock

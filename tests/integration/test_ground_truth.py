@@ -53,7 +53,7 @@ from typing import Any
 
 import pytest
 
-from app.metrics.trainer_metrics import ACCELERATOR_BUCKETS, LIFETIME_BUCKETS, NODES_BUCKETS, STARTUP_BUCKETS
+from app.metrics.counted import ACCELERATOR_BUCKETS, LIFETIME_BUCKETS, NODES_BUCKETS, STARTUP_BUCKETS
 from app.trainer.kinds import TRAINJOBS
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator

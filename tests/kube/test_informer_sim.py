@@ -189,7 +189,7 @@ async def test_odd_and_oversized_objects_are_survived(env: Env) -> None:
 
 
 async def test_real_trainjob_projector(env: Env) -> None:
-    from app.trainer.projectors import TrainJobProjector
+    from app.trainer.informer_projectors import TrainJobProjector
 
     env.create("a", trainer={"numNodes": 3})
     recorder = Recorder()

@@ -20,8 +20,8 @@ from app.kube.cache import Cache
 from app.kube.informer import cache_and_ingest
 from app.kube.informer_telemetry import InformerCounters
 from app.kube.ingest import Ingest
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TRAINJOB_PROJECTOR, TrainJobProjector
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR, TrainJobProjector
+from app.trainer.projection_types import TrainJobProjection
 
 UID = "6f1c2a7e-8d4b-4c1a-9e2f-0123456789ab"
 COMPLETE = {

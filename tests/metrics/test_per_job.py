@@ -10,12 +10,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from app.handover.journal import CountJournal
+from app.metrics.counted import ADMISSION_WAIT, STARTUP
 from app.metrics.exposition import MetricsExposition
 from app.metrics.per_job import PerJobHandler, PerJobSeries, PerJobTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.events import JobAdmitted, JobStarted
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TrainJobProjector
+from app.trainer.informer_projectors import TrainJobProjector
+from app.trainer.projection_types import TrainJobProjection
 
 from .helpers import REF, reference_openmetrics, reference_text, samples, started
 
@@ -257,10 +258,10 @@ def test_a_new_leader_replays_time_to_running_above_the_watermark_and_skips_the_
         JobStarted(13, "c", REF, 4.0),
     ):
         journal.on_countable(event)  # a follower: remembered, not counted
-    assert state.startup.counts == {}
+    assert state.histogram(STARTUP).counts == {}
     assert journal.start_leading(11) == 2  # the previous leader counted up to rv 11
-    assert sum(state.startup.counts[(REF,)]) == 2 and state.admission_wait.counts == {}
-    assert state.startup.sums[(REF,)] == 94.0
+    assert sum(state.histogram(STARTUP).counts[(REF,)]) == 2 and state.histogram(ADMISSION_WAIT).counts == {}
+    assert state.histogram(STARTUP).sums[(REF,)] == 94.0
     journal.on_countable(JobStarted(9, "late", REF, 1.0))  # at or below the floor: the old leader's
-    assert sum(state.startup.counts[(REF,)]) == 2
+    assert sum(state.histogram(STARTUP).counts[(REF,)]) == 2
     assert journal.watermark == 13

@@ -17,9 +17,9 @@ from app.metrics.exposition import MetricsExposition
 from app.metrics.pods import PodJobHandler, PodSeries, PodSeriesHandler, PodSeriesTelemetry
 from app.metrics.telemetry import Limit
 from app.metrics.trainer_metrics import TrainerMetricState
+from app.trainer.informer_projectors import TrainJobProjector
 from app.trainer.pods import PodProjection, PodProjector
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TrainJobProjector
+from app.trainer.projection_types import TrainJobProjection
 
 from .helpers import samples
 

@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.metrics import native
+from app.metrics.cached_family import Format
 from app.metrics.exposition import CONTENT_TYPE_PROTOBUF, MetricsExposition, negotiate
-from app.metrics.family import Format
 from app.metrics.per_job import PerJobSeries
 from app.metrics.protobuf import encode_registry
 from app.metrics.telemetry import SelfTelemetry

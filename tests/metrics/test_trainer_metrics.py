@@ -10,13 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from app.metrics.series import escape_label_value
-from app.metrics.trainer_metrics import (
+from app.metrics.counted import (
     ACCELERATOR_BUCKETS,
+    CREATED,
     LIFETIME_BUCKETS,
     NODES_BUCKETS,
-    TrainerMetricState,
+    REQUESTED_NODES,
 )
+from app.metrics.formatting import escape_label_value
+from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.events import RuntimeInfo
 
 from .helpers import (
@@ -255,10 +257,10 @@ def test_large_values_use_go_float_formatting() -> None:
     state.on_countable(finished(2, lifetime=1234567.891))
     state.render_text()
     # Reach the exponent range of Go's float formatting without a million events.
-    state.created.values[("team-a", REF)] = 12_345_678
-    state.created.touch(("team-a", REF))
-    state.requested_nodes.counts[(REF,)][2] = 2_000_000
-    state.requested_nodes.touch((REF,))
+    state.counter(CREATED).values[("team-a", REF)] = 12_345_678
+    state.counter(CREATED).touch(("team-a", REF))
+    state.histogram(REQUESTED_NODES).counts[(REF,)][2] = 2_000_000
+    state.histogram(REQUESTED_NODES).touch((REF,))
     state.on_jobs_gauge(("team-a", REF, "running"), 1_000_000)
     text = state.render_text()
     assert text == reference_text(state)
@@ -375,7 +377,7 @@ def test_changed_series_are_rendered_at_most_once_per_publish_interval() -> None
     now = [0.0]
     state = TrainerMetricState(flush_every=1, publish_interval=0.05, clock=lambda: now[0])
     state.render_text()  # a scrape asked for the text format: its chunks are kept rendered from now on
-    pending = state.created._dirty  # the series waiting for their next render
+    pending = state.counter(CREATED)._dirty  # the series waiting for their next render
     state.on_countable(created(1, ns="ns"))
     assert not pending  # the first change after the interval: published at once
     for rv in range(2, 40):

@@ -18,8 +18,8 @@ from app.api.views import SIMULATED_CLOCK_NOTE, terminal_page
 from app.config import DEFAULT_ZERO_HOLD_SECONDS, SIMULATE_ZERO_HOLD_SECONDS, load_settings
 from app.metrics.telemetry import SelfTelemetry
 from app.serving.graceful import stop_plan
-from app.trainer.projections import MALFORMED
-from app.trainer.projectors import TRAINJOB_PROJECTOR
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
+from app.trainer.projection_types import MALFORMED
 from app.version import revision
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator

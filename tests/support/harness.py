@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.metrics import counted
 from app.replica.service import Service
 from tests.support.replica_inprocess import Replica, replica
 from tests.support.waiting import eventually
@@ -317,7 +318,10 @@ class LeaseLog:
 def counter_values(service: Service) -> dict[str, dict[tuple[str, ...], int]]:
     """The replica's Trainer counters as its metric state holds them (what it exports while leading)."""
     state = service.metric_state
-    return {"created": dict(state.created.values), "finished": dict(state.finished.values)}
+    return {
+        "created": dict(state.counter(counted.CREATED).values),
+        "finished": dict(state.counter(counted.FINISHED).values),
+    }
 
 
 @dataclass

@@ -19,11 +19,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobStarted
+from app.metrics.counted import FAMILIES, STARTUP, series_of
+from app.trainer.events import CountableEvent
 from kubesim.trainer.truth_records import TruthSnapshot
 
 __all__ = [
     "COUNTED",
+    "NOT_TRUTH",
     "Comparison",
     "Decrease",
     "Raw",
@@ -44,21 +46,15 @@ __all__ = [
 Key = tuple[str, ...]
 Table = dict[str, dict[Key, float]]
 
+# Samples whose increments the simulated cluster's truth cannot know: the startup sum is this replica's
+# clock (when it saw the job running), not the truth's.
+NOT_TRUTH = frozenset({STARTUP.name + "_sum"})
+
 # The Trainer counters a TrainJob event moves (sample name -> the metric's own labels that key it), with
-# histogram _count and _sum samples (a counter each, as far as PromQL is concerned).
+# histogram _count and _sum samples (a counter each, as far as PromQL is concerned): every counted family
+# of app/metrics/counted.py, in exposition order.
 COUNTED: dict[str, tuple[str, ...]] = {
-    "kubeflow_trainer_trainjob_created_total": ("namespace", "runtime_ref"),
-    "kubeflow_trainer_trainjob_finished_total": ("result", "reason", "runtime_ref"),
-    "kubeflow_trainer_trainjob_lifetime_seconds_count": ("result", "runtime_ref"),
-    "kubeflow_trainer_trainjob_lifetime_seconds_sum": ("result", "runtime_ref"),
-    "kubeflow_trainer_trainjob_requested_training_nodes_per_job_count": ("runtime_ref",),
-    "kubeflow_trainer_trainjob_requested_training_nodes_per_job_sum": ("runtime_ref",),
-    "kubeflow_trainer_trainjob_requested_accelerators_count": ("accelerator_class", "runtime_ref"),
-    "kubeflow_trainer_trainjob_requested_accelerators_sum": ("accelerator_class", "runtime_ref"),
-    # Time to running and admission wait (the startup sum is this replica's clock, not the truth's: left out).
-    "kubeflow_trainer_trainjob_startup_seconds_count": ("runtime_ref",),
-    "kubeflow_trainer_trainjob_admission_wait_seconds_count": ("runtime_ref",),
-    "kubeflow_trainer_trainjob_admission_wait_seconds_sum": ("runtime_ref",),
+    name: family.labels for family in FAMILIES for name in family.sample_names if name not in NOT_TRUTH
 }
 
 
@@ -240,50 +236,19 @@ def compare(
 
 
 def event_increments(event: CountableEvent) -> list[tuple[str, Key, float]]:
-    """What one counted event adds, per sample name and key, as the metric state counts it
-    (app/metrics/trainer_metrics.py: a request above the ceilings is counted created and not observed, a
+    """What one counted event adds, per sample name and key, as the metric state counts it (the event's
+    row in app/metrics/counted.py: a request above the ceilings is counted created and not observed, a
     duration that is not finite is not observed). For an allowance of events that may count twice (a
     killed leader's), and for the chaos soak's record of what each replica counted."""
-    if isinstance(event, JobStarted):
-        if not math.isfinite(event.startup_seconds):
-            return []
-        return [("kubeflow_trainer_trainjob_startup_seconds_count", (event.runtime_ref,), 1.0)]
-    if isinstance(event, JobAdmitted):
-        if not math.isfinite(event.wait_seconds):
-            return []
-        wait = max(event.wait_seconds, 0.0)
-        return [
-            ("kubeflow_trainer_trainjob_admission_wait_seconds_count", (event.runtime_ref,), 1.0),
-            ("kubeflow_trainer_trainjob_admission_wait_seconds_sum", (event.runtime_ref,), wait),
-        ]
-    if isinstance(event, JobCreated):
-        ref = event.runtime_ref
-        created: list[tuple[str, Key, float]] = [
-            ("kubeflow_trainer_trainjob_created_total", (event.namespace, ref), 1.0)
-        ]
-        if event.nodes_observed:
-            created.append(("kubeflow_trainer_trainjob_requested_training_nodes_per_job_count", (ref,), 1.0))
-            created.append(
-                (
-                    "kubeflow_trainer_trainjob_requested_training_nodes_per_job_sum",
-                    (ref,),
-                    float(event.requested_nodes),
-                )
-            )
-        if not event.accelerators_observed:
-            return created
-        for accelerator_class, count in event.accelerators:  # one observation per class requested
-            accel: Key = (accelerator_class, ref)
-            created.append(("kubeflow_trainer_trainjob_requested_accelerators_count", accel, 1.0))
-            created.append(("kubeflow_trainer_trainjob_requested_accelerators_sum", accel, float(count)))
-        return created
-    key: Key = (event.result, event.runtime_ref)
-    out: list[tuple[str, Key, float]] = [
-        ("kubeflow_trainer_trainjob_finished_total", (event.result, event.reason, event.runtime_ref), 1.0)
-    ]
-    if event.lifetime_seconds is not None and math.isfinite(event.lifetime_seconds):
-        out.append(("kubeflow_trainer_trainjob_lifetime_seconds_count", key, 1.0))
-        out.append(("kubeflow_trainer_trainjob_lifetime_seconds_sum", key, max(event.lifetime_seconds, 0.0)))
+    out: list[tuple[str, Key, float]] = []
+    for family, labels, value in series_of(event):
+        if family.kind == "counter":
+            out.append((family.name + "_total", labels, 1.0))
+            continue
+        count, total = family.sample_names
+        out.append((count, labels, 1.0))
+        if total not in NOT_TRUTH:
+            out.append((total, labels, value))
     return out
 
 

@@ -42,7 +42,7 @@ _COUNTED_PREFIX = "kubeflow_trainer_"
 
 
 async def scrape_counts(r: Replica, *, max_renders: int = 5) -> Samples:
-    """``/metrics`` as a scraper sees it once born-at-zero holds are over (app/metrics/series.py).
+    """``/metrics`` as a scraper sees it once born-at-zero holds are over (app/metrics/series_cache.py).
 
     A new counter/histogram series shows 0 on its first served render and its real values once
     ``zero_hold_seconds`` (0 in these tests) have passed since then. Reads until two consecutive renders

@@ -14,12 +14,12 @@ from typing import Any
 import msgspec
 import yaml
 
-from app.trainer.projections import RuntimeProjection, TrainJobProjection
-from app.trainer.projectors import (
+from app.trainer.informer_projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
 )
+from app.trainer.projection_types import RuntimeProjection, TrainJobProjection
 from kubesim.trainer.manifests import DATA_DIR
 
 DATA = DATA_DIR

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from app.trainer import rules
-from app.trainer.projections import TrainJobProjection
+from app.trainer.projection_types import TrainJobProjection
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
 from tests.trainer.manifests import Clock, runtime, trainjob

@@ -12,8 +12,8 @@ import uuid
 
 import msgspec
 
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TRAINJOB_PROJECTOR
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
+from app.trainer.projection_types import TrainJobProjection
 from app.trainer.state import TrainerState
 from app.trainer.wire import TrainJobWire
 

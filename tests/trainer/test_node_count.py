@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from app.trainer.events import JobCreated
-from app.trainer.projections import RuntimeProjection, TrainJobProjection
-from app.trainer.projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR
+from app.trainer.informer_projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR
+from app.trainer.projection_types import RuntimeProjection, TrainJobProjection
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
 from tests.trainer.manifests import Clock, runtime, runtime_doc, trainjob

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from app.metrics.pods import PodJobHandler, PodSeries, PodSeriesHandler
 from app.trainer import rules
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 from app.trainer.pods import MALFORMED, PodProjector
-from app.trainer.projectors import TRAINJOB_PROJECTOR
 from tests.badinput import strategies as S
 
 FUZZ = settings(

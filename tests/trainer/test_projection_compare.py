@@ -9,8 +9,8 @@ import msgspec
 
 from app.kube.cache import ADDED, MODIFIED, Cache
 from app.kube.informer_telemetry import InformerCounters
-from app.trainer.projections import JobExtra, TrainJobProjection, same_but_version
-from app.trainer.projectors import TRAINJOB_PROJECTOR, TrainJobProjector
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR, TrainJobProjector
+from app.trainer.projection_types import JobExtra, TrainJobProjection, same_but_version
 from tests.trainer.test_state import job
 
 # A value other than the base job's for every field (the base: tests/trainer/test_state.py's job()).

@@ -9,19 +9,19 @@ import msgspec
 import pytest
 
 from app.trainer import rules
-from app.trainer.projections import (
-    READY,
-    SUSPEND,
-    SUSPENDED_CONDITION,
-    RuntimeProjection,
-    TrainJobProjection,
-)
-from app.trainer.projectors import (
+from app.trainer.informer_projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
     RuntimeProjector,
     TrainJobProjector,
+)
+from app.trainer.projection_types import (
+    READY,
+    SUSPEND,
+    SUSPENDED_CONDITION,
+    RuntimeProjection,
+    TrainJobProjection,
 )
 from app.trainer.quantity import NOT_A_COUNT
 from tests.trainer.manifests import by_kind, stored, typed

@@ -8,7 +8,7 @@ trainingruntime_webhook.go`` ValidateUpdate accepts any edit) or deleted (no fin
 leaves an existing JobSet alone (``plugins/jobset/jobset.go`` Build). So the child Jobs a running job has, and
 which of them is its training step, are those of its runtime as it was when the job was first reconciled: the
 projector resolves a job's training step once, when its runtime is first known, and keeps it in the
-projection (app/trainer/projection_build.py resolve_step). Before, the step was looked up in the live runtime
+projection (app/trainer/field_builders.py resolve_step). Before, the step was looked up in the live runtime
 on every event, and editing a runtime's replicated-job names, or deleting it, turned its running jobs pending
 at their next status write.
 """
@@ -22,8 +22,8 @@ import msgspec
 
 from app.trainer import rules
 from app.trainer.events import JobStarted
-from app.trainer.projections import RuntimeProjection, TrainJobProjection
-from app.trainer.projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TrainJobProjector
+from app.trainer.informer_projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TrainJobProjector
+from app.trainer.projection_types import RuntimeProjection, TrainJobProjection
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
 from tests.trainer.manifests import Clock, G, runtime, runtime_doc

@@ -8,10 +8,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.handover.settle import AT_FLOOR_RESUMED, AT_FLOOR_RUNNING, AT_FLOOR_TERMINAL, counted_before
+from app.handover.settle import counted_before
+from app.metrics.counted import AT_FLOOR_RESUMED, AT_FLOOR_RUNNING, AT_FLOOR_TERMINAL
 from app.trainer.events import JobAdmitted, JobCreated, JobFinished, JobStarted
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import TRAINJOB_PROJECTOR, TrainJobProjector
+from app.trainer.informer_projectors import TRAINJOB_PROJECTOR, TrainJobProjector
+from app.trainer.projection_types import TrainJobProjection
 from app.trainer.state import TrainerState
 from app.trainer.wire import JobStatus, TrainJobWire
 from tests.support.sinks import RecordingSink

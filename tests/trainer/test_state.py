@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from app.trainer.events import GaugeKey, JobCreated, JobFinished
-from app.trainer.projections import TrainJobProjection
-from app.trainer.projectors import (
+from app.trainer.informer_projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
 )
+from app.trainer.projection_types import TrainJobProjection
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
 from tests.trainer.manifests import TORCH, Clock, G, by_kind, runtime, runtime_doc, stored

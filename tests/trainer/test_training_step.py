@@ -21,12 +21,12 @@ import pytest
 
 from app.trainer import rules
 from app.trainer.events import JobStarted
-from app.trainer.projections import RuntimeProjection, TrainJobProjection
-from app.trainer.projectors import (
+from app.trainer.informer_projectors import (
     CLUSTER_TRAINING_RUNTIME_PROJECTOR,
     TRAINJOB_PROJECTOR,
     TrainJobProjector,
 )
+from app.trainer.projection_types import RuntimeProjection, TrainJobProjection
 from app.trainer.state import TrainerState
 from tests.support.sinks import RecordingSink
 from tests.trainer.manifests import Clock, G, runtime, runtime_doc

@@ -92,9 +92,9 @@ _SETS: dict[frozenset[str], frozenset[str]] = {
 
 
 # Training steps as small ints, so that a job's projection can keep the one it was resolved with in its flags
-# (app/trainer/projections.py STEP_SHIFT) at no cost in bytes. Id 0 is "not resolved yet" (its runtime not
-# known), read by the controller's naming; ids are never reused, and at most MAX_STEP_IDS distinct steps get
-# one (a cluster has a few; beyond that a step reads as not resolved, i.e. from the live runtime).
+# (app/trainer/projection_types.py STEP_SHIFT) at no cost in bytes. Id 0 is "not resolved yet" (its runtime
+# not known), read by the controller's naming; ids are never reused, and at most MAX_STEP_IDS distinct steps
+# get one (a cluster has a few; beyond that a step reads as not resolved, i.e. from the live runtime).
 MAX_STEP_IDS: Final = 4096
 STEP_SETS: Final[list[frozenset[str]]] = [FALLBACK_TRAINING_JOBS]
 _STEP_IDS: dict[frozenset[str], int] = {}

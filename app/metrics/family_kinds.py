@@ -9,8 +9,8 @@ exemplar each counter or bucket received: the TrainJob that made the series appe
 scrape that shows the series, and its real values come with the latest exemplars. The text format has
 none; OpenMetrics and protobuf carry them.
 
-Its own module because the kinds are the engine's users, not its machinery (app/metrics/family.py): what
-they add is the per-kind numbers and the rendering on the per-event and per-flush path.
+Its own module because the kinds are the engine's users, not its machinery (app/metrics/cached_family.py):
+what they add is the per-kind numbers and the rendering on the per-event and per-flush path.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from prometheus_client.metrics_core import (
 from prometheus_client.samples import Exemplar as ClientExemplar
 
 from app.metrics import protobuf as pb
+from app.metrics.cached_family import Family
 from app.metrics.exemplars import Exemplar, client_exemplar, openmetrics_suffix, protobuf_message
-from app.metrics.family import Family
 from app.metrics.formatting import LabelValues, floatToGoString
 from app.metrics.formatting import fmt_int as _fmt_int
 from app.metrics.native import NativeBuckets

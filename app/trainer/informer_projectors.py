@@ -8,7 +8,7 @@ Two ways in, one result:
   quantity, a list where a map belongs...), it walks the generic JSON value and salvages what it
   can. It never raises; it returns ``None`` only when the key or uid cannot be determined.
 
-Both paths end in the same builders (app/trainer/projections.py) and the same pure rules
+Both paths end in the same builders (app/trainer/field_builders.py) and the same pure rules
 (app/trainer/rules/), so they agree on every well-formed object (tests check this over every
 manifest in sim/kubesim/trainer/data).
 """
@@ -20,9 +20,9 @@ from types import MappingProxyType
 from typing import Any, Final, cast
 
 from app.trainer import rules
+from app.trainer.field_builders import build_job, build_runtime, job_with_status, object_key
 from app.trainer.progress import DEFAULT_MAX_TRAINER_METRICS, TrainerProgress, json_metrics, trainer_progress
-from app.trainer.projection_build import build_job, build_runtime, job_with_status, object_key
-from app.trainer.projections import (
+from app.trainer.projection_types import (
     MALFORMED,
     STEP_SHIFT,
     SUSPEND,
@@ -153,7 +153,7 @@ class TrainJobProjector:
     ``runtimes``: the runtimes by ref label, live (``TrainerState.runtimes_by_ref``): a job is running when a
     child Job of its training step is ready (rules.training_ready). The step is resolved from the job's
     runtime the first time the runtime is known, then kept in the projection and carried from each projection
-    of the job to the next (projection_build.resolve_step): a runtime edited or deleted later does not change
+    of the job to the next (field_builders.resolve_step): a runtime edited or deleted later does not change
     it, as it does not change what the controller runs. Without ``runtimes`` every job is read by the
     controller's naming (rules.FALLBACK_TRAINING_JOBS). ``steps``: training steps by uid key read from the
     Lease (``TrainerState.inherited_steps``, app/trainer/snapshots.py), which resolve a job before its runtime
@@ -249,7 +249,7 @@ class TrainJobProjector:
         # step looked up only once an entry is ready (never for a job whose pods all wait).
         flags = previous.flags
         step = flags >> STEP_SHIFT
-        if not step:  # not resolved yet: its runtime may have arrived since (projection_build.resolve_step)
+        if not step:  # not resolved yet: its runtime may have arrived since (field_builders.resolve_step)
             step = self.steps.get(uid, 0) if self.steps else 0
             runtime = self.runtimes.get(previous.runtime_ref) if not step else None
             if runtime is not None:

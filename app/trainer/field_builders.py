@@ -1,6 +1,6 @@
-"""Builders of the compact projections (app/trainer/projections.py) from field values: both decoding paths
-(the typed wire structs and the tolerant JSON path, app/trainer/projectors.py) end here, so they agree on
-every well-formed object. The Trainer rules they apply live in app/trainer/rules/.
+"""Builders of the compact projections (app/trainer/projection_types.py) from field values: both decoding
+paths (the typed wire structs and the tolerant JSON path, app/trainer/informer_projectors.py) end here, so
+they agree on every well-formed object. The Trainer rules they apply live in app/trainer/rules/.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from app.trainer import rules
 from app.trainer.progress import TrainerProgress
-from app.trainer.projections import (
+from app.trainer.projection_types import (
     _MAX_REASON,
     BAD_NAMESPACE,
     MALFORMED,

@@ -1,8 +1,8 @@
 """Compact projections of TrainJobs and (Cluster)TrainingRuntimes: what an informer caches per object.
 
 An informer keeps one projection per object instead of its JSON: a TrainJob's 2-5 KB (mostly
-managedFields) shrinks to what the metrics read. The builders (app/trainer/projection_build.py) make
-them from field values; the projectors (app/trainer/projectors.py) read those values off the wire
+managedFields) shrinks to what the metrics read. The builders (app/trainer/field_builders.py) make
+them from field values; the projectors (app/trainer/informer_projectors.py) read those values off the wire
 structs or the generic JSON.
 
 Memory: projections are ``gc=False`` msgspec structs (no GC header; they only hold strings,

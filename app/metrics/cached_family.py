@@ -1,5 +1,5 @@
 """``Family``: the machinery every cached family kind shares: series chunks grouped in blocks, the dirty
-series to re-render, and the born-at-zero hold (see app/metrics/series.py for why each exists).
+series to re-render, and the born-at-zero hold (see app/metrics/series_cache.py for why each exists).
 
 Formats. A series has one chunk per exposition format it renders differently in (``Format``): the text
 format 0.0.4, OpenMetrics, and protobuf. OpenMetrics shares the text chunk unless the family carries
@@ -8,7 +8,7 @@ scrape asked for that format (``bodies(fmt)``: then every series at once, and fr
 series at every flush), so a format nobody scrapes costs nothing; all formats share the blocks, the dirty
 set and the hold.
 
-Its own module because the three family kinds (app/metrics/families.py) and app/metrics/per_job.py's
+Its own module because the three family kinds (app/metrics/family_kinds.py) and app/metrics/per_job.py's
 gauges build on it, while the kinds differ only in their numbers and how one series renders.
 Everything here runs on the event loop thread: there is no lock.
 """

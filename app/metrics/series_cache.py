@@ -33,7 +33,7 @@ byte-for-byte what ``prometheus_client.openmetrics.exposition.generate_latest`` 
 families, which the tests render for comparison. The two text formats share the series chunks (only
 family headers differ) unless the family carries exemplars. The protobuf exposition (app/metrics/protobuf.py,
 native histograms included) is a third chunk per series, cached, flushed and joined the same way, rendered
-only once a scrape asked for it (app/metrics/family.py, "Formats").
+only once a scrape asked for it (app/metrics/cached_family.py, "Formats").
 
 Everything here runs on the event loop thread: there is no lock, so do not call it from a thread pool.
 """
@@ -45,24 +45,10 @@ from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.metrics_core import Metric
 
-# The engine's parts live in their own modules (formatting, family, families); this module is where
-# callers import them from, and where the families are joined into one cached body.
 from app.metrics import protobuf as pb
-from app.metrics.families import CounterFamily, GaugeFamily, HistogramFamily
-from app.metrics.family import Family, Format
-from app.metrics.formatting import LabelValues, escape_label_value, floatToGoString
+from app.metrics.cached_family import Family, Format
 
-__all__ = [
-    "CounterFamily",
-    "Family",
-    "Format",
-    "GaugeFamily",
-    "HistogramFamily",
-    "LabelValues",
-    "SeriesCache",
-    "escape_label_value",
-    "floatToGoString",
-]
+__all__ = ["SeriesCache"]
 
 
 class SeriesCache:
