@@ -20,7 +20,9 @@ from app.replica import pods as replica_pods
 from app.trainer.kinds import TRAINJOBS
 from kubesim.apiserver.core import PODS
 from kubesim.trainer.cluster import SimulatedCluster
-from tests.support.harness import JOBS, Samples, cluster_ref, replica, rfc3339, trainjob_manifest
+from tests.support.harness import JOBS, cluster_ref, rfc3339, trainjob_manifest
+from tests.support.replica_inprocess import replica
+from tests.support.samples import Samples
 from tests.support.waiting import eventually
 
 NS = "team-a"
