@@ -1379,6 +1379,7 @@ def exported_series() -> dict[str, set[str]]:
 
     from app.kube.informer_telemetry import InformerTelemetry
     from app.metrics.per_job import PerJobSeries
+    from app.metrics.pods import PodSeries
     from app.metrics.telemetry import SelfTelemetry
     from app.metrics.trainer_metrics import TrainerMetricState
 
@@ -1389,10 +1390,7 @@ def exported_series() -> dict[str, set[str]]:
     for family in registry.collect():
         for sample in family.samples:
             out.setdefault(sample.name, set()).update(sample.labels)
-    state = TrainerMetricState()
-    families = [v for v in vars(state).values() if hasattr(v, "label_names") and hasattr(v, "metric")]
-    assert len(families) == 9
-    families += PerJobSeries().families
+    families = [*TrainerMetricState().families, *PerJobSeries().families, *PodSeries().families]
     for fam in families:
         metric = fam.metric()
         labels = set(fam.label_names)
@@ -1452,10 +1450,6 @@ def test_the_service_exports_the_metrics_the_chart_relies_on() -> None:
         assert grouping <= available, f"{where}: grouping by unknown label(s) {grouping - available}"
 
 
-@pytest.mark.xfail(
-    reason="the pods watch's series (config.pod_series) are not exported yet: remove this mark when they are",
-    strict=True,
-)
 def test_the_service_exports_the_pod_series_the_gpu_rules_join_on() -> None:
     exported = exported_series()
     for name, labels in POD_SERIES.items():
