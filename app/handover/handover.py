@@ -169,7 +169,10 @@ class HandOver:
         return self.payload.annotations(self.served_watermarks())
 
     def observe(self, record: LeaseRecord) -> None:
+        """Every Lease record read (the leader's own renewals included): besides the payload, the journal
+        forgets what no take-over of this replica can replay any more (``CountJournal.forget_through``)."""
         self.payload.observe(record)
+        self.journal.forget_through(self.watermarks.seen)
 
     async def read_lease(self, leases: KubeLeaseClient, namespace: str, name: str) -> None:
         await self.payload.read(leases, namespace, name)

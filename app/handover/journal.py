@@ -41,6 +41,17 @@ Guarantee:
 * a replica that leads again never shows twice what a scrape showed of its own counts (journal entries
   are marked ``seen``); what it counted but no scrape showed is counted again if above the floor.
 
+Memory. The journal forgets what no take-over of this replica can replay (``forget_through``): the
+events at or below the highest watermark seen in the Lease (app/handover/handover.py calls it with every
+Lease record read, the leader's own renewals included). Every floor this replica can take over from is at
+least that (``LeaseWatermarks.takeover_floor`` never returns less), and an event at or below the floor is
+skipped whatever else is true of it (``_verdict``), so forgetting it changes nothing but memory. What stays
+is the hand-over lag: the events above the last published watermark, normally those of the last renew
+period + hold + scrape interval (a few hundred), all ``journal_size`` of them only while no watermark is
+published (no leader, or one nobody scrapes). The uid of each remembered event is interned
+(``sys.intern``): the events of one TrainJob share one string instead of a fresh one each. Worst case,
+``journal_size`` entries of about 300 bytes each (entry, event, shared strings): ~30 MB at 100,000.
+
 Limits:
 
 * the journal holds ``journal_size`` events; a takeover after a longer leaderless gap (or a leader
@@ -74,6 +85,7 @@ Everything runs on the event loop thread.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -134,6 +146,7 @@ class CountJournal:
         self._stream_of = stream_of or _single_stream
         self._journal: deque[_Entry] = deque(maxlen=journal_size)
         self._journal_size = journal_size
+        self._kept = 0  # entries left by the last full sweep of ``forget_through``
         self._leading = False
         self._paused = False  # leading, but counting nothing (a graceful stop in progress)
         self._term = 0  # this replica's leader terms so far
@@ -155,6 +168,7 @@ class CountJournal:
         self.skipped = 0
         self.overflowed = 0
         self.counted = 0
+        self.forgotten = 0  # dropped by ``forget_through``: no take-over could replay them
 
     # --- read-only views ---------------------------------------------------------------------------
 
@@ -213,6 +227,8 @@ class CountJournal:
     # --- TrainerSink -------------------------------------------------------------------------------
 
     def on_countable(self, event: CountableEvent) -> None:
+        if self._journal_size:
+            event = _shared_uid(event)
         counting = self._leading and not self._paused
         verdict = self._verdict(event) if counting else _SKIP
         term = self._term if verdict is _COUNT else 0
@@ -240,6 +256,41 @@ class CountJournal:
 
     def on_runtimes_changed(self) -> None:
         self._target.on_runtimes_changed()
+
+    def forget_through(self, limits: Mapping[str, int]) -> int:
+        """Drop the remembered events of each stream ``limits`` names whose rv is at or below its limit;
+        return how many. A stream it does not name keeps everything.
+
+        ``limits`` must be at most every floor this replica may take over from later (HandOver passes
+        the highest watermarks seen in the Lease, below which ``LeaseWatermarks.takeover_floor`` never
+        goes): such an event is then skipped by every take-over (``_verdict``: at or below the floor,
+        whatever its ``since``, its ``seen`` or its term), so forgetting it changes no count. Events are
+        remembered in arrival order, roughly rv order per stream: the oldest go first, in O(dropped);
+        a full sweep (when the journal has doubled since the last one) takes the ones left behind an
+        older event of another stream, or behind an edge that arrived late with a lower rv."""
+        journal = self._journal
+        if not journal or not limits:
+            return 0
+        stream_of = self._stream_of
+        dropped = 0
+        while journal:
+            event = journal[0].event
+            limit = limits.get(stream_of(event))
+            if limit is None or event.rv > limit:
+                break
+            journal.popleft()
+            dropped += 1
+        if len(journal) > 2 * self._kept + _SWEEP_SLACK:
+            kept: deque[_Entry] = deque(maxlen=self._journal_size)
+            for entry in journal:
+                limit = limits.get(stream_of(entry.event))
+                if limit is None or entry.event.rv > limit:
+                    kept.append(entry)
+            dropped += len(journal) - len(kept)
+            self._journal = kept
+            self._kept = len(kept)
+        self.forgotten += dropped
+        return dropped
 
     # --- leadership --------------------------------------------------------------------------------
 
@@ -404,6 +455,17 @@ class CountJournal:
 
 def _single_stream(event: CountableEvent) -> str:
     return ""
+
+
+def _shared_uid(event: CountableEvent) -> CountableEvent:
+    """``event`` with its uid interned: the informer builds a fresh 85-byte string for every event
+    (app/trainer/projection_types.py keeps the uid as 16 bytes), and the up to four events of one TrainJob
+    in the journal then share one. An interned string is freed with its last holder."""
+    uid = sys.intern(event.uid)
+    return event if uid is event.uid else msgspec.structs.replace(event, uid=uid)
+
+
+_SWEEP_SLACK = 1024  # entries a journal may grow by between full sweeps (besides doubling)
 
 
 _COUNT, _SKIP, _UNCERTAIN = object(), object(), object()

@@ -83,6 +83,12 @@ class LeaseWatermarks:
                 seen[stream] = rv
         self._seen = seen
 
+    @property
+    def seen(self) -> Watermarks:
+        """Per stream, the highest watermark seen in the Lease (empty: none). ``takeover_floor`` never
+        returns less for a stream named here, so the journal may forget what lies at or below it."""
+        return dict(self._seen) if self._seen is not None else {}
+
     def annotations(self, own: Mapping[str, int]) -> dict[str, str]:
         """The Lease annotations to write, given this replica's own (``CountJournal.watermarks``)."""
         # Never publish less than the Lease has said: a replica that led before and takes the Lease again

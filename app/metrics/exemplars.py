@@ -1,10 +1,15 @@
 """Exemplars: the TrainJob behind an observation (``namespace``, ``name``, ``uid``), as the OpenMetrics text
 and the protobuf exposition carry it after a histogram bucket or a counter.
 
-An exemplar is ``(event, value)``: the Trainer event that made the observation (app/trainer/events.py: its
-``key`` "namespace/name", ``uid`` and ``at``, the time the event happened, which is the exemplar's
-timestamp) and the value observed (1 for a counter). Keeping the event rather than rendered labels costs
-one tuple per observation on the per-event path; the labels are rendered when the series is.
+An exemplar is ``(source, value)``: what the exemplar needs of the Trainer event that made the observation
+(``ExemplarRef``, built once per event by ``exemplar_ref``: its ``key`` "namespace/name", its uid, and
+``at``, the time the event happened, which is the exemplar's timestamp) and the value observed (1 for a
+counter). Not the event itself: a histogram series keeps one exemplar per bucket for as long as the series
+lives (a leader's term: weeks), and an event is about 200 bytes with a fresh 85-byte uid string, where an
+``ExemplarRef`` is 64 bytes with the uid as its 16 bytes (49-byte ``bytes``, app/trainer/projection_types.py)
+and the key shared with the projection while the job lives. The labels are rendered when the series is.
+Worst case per series: one exemplar per bucket (+Inf included) of a histogram, a tuple, an ``ExemplarRef``
+and its uid and key, about 250 bytes each.
 
 The label-set limit. OpenMetrics allows 128 UTF-8 characters of exemplar label names and values together,
 and Prometheus rejects a longer set (``storage.ErrExemplarLabelLength``: the exemplar is dropped, the
@@ -29,18 +34,22 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import msgspec
 from prometheus_client.samples import Exemplar as ClientExemplar
 
 from app.metrics import protobuf as pb
 from app.metrics.formatting import escape_label_value, floatToGoString
+from app.trainer.projection_types import compact_uid, uid_text
 
 __all__ = [
     "MAX_LABEL_CHARACTERS",
     "TRUNCATED",
     "Exemplar",
+    "ExemplarRef",
     "ExemplarSource",
     "client_exemplar",
     "exemplar_labels",
+    "exemplar_ref",
     "openmetrics_suffix",
     "protobuf_message",
 ]
@@ -62,7 +71,25 @@ class ExemplarSource(Protocol):
     def at(self) -> float | None: ...  # when it happened, epoch seconds
 
 
-Exemplar = tuple[ExemplarSource, float]  # (the event, the value observed)
+class ExemplarRef(msgspec.Struct, frozen=True, gc=False):
+    """What an exemplar keeps of its event (an ``ExemplarSource``): the key, the uid stored compactly, the
+    time. Untracked by the cyclic GC, like the events: it holds only strings, bytes and a number."""
+
+    key: str
+    uid_key: bytes | str  # compact_uid(uid)
+    at: float | None
+
+    @property
+    def uid(self) -> str:
+        return uid_text(self.uid_key)
+
+
+def exemplar_ref(source: ExemplarSource) -> ExemplarRef:
+    """The exemplar source of an event, without the event (see the module docstring)."""
+    return ExemplarRef(source.key, compact_uid(source.uid), source.at)
+
+
+Exemplar = tuple[ExemplarSource, float]  # (its source, normally an ExemplarRef; the value observed)
 
 
 def exemplar_labels(source: ExemplarSource) -> tuple[tuple[str, str], ...]:

@@ -34,7 +34,7 @@ from prometheus_client.metrics_core import Metric
 
 from app.metrics.cached_family import Family, Format
 from app.metrics.counted import FAMILIES, CountedFamily, series_of
-from app.metrics.exemplars import Exemplar
+from app.metrics.exemplars import Exemplar, exemplar_ref
 from app.metrics.family_kinds import CounterFamily, GaugeFamily, HistogramFamily
 from app.metrics.formatting import LabelValues
 from app.metrics.series_cache import SeriesCache
@@ -144,8 +144,9 @@ class TrainerMetricState:
             return
         add = self._add
         if self._exemplars:
+            source = exemplar_ref(event)  # not the event: exemplars live as long as their series
             for family, labels, value in increments:
-                add[family](labels, value, (event, value))
+                add[family](labels, value, (source, value))
         else:
             for family, labels, value in increments:
                 add[family](labels, value, None)

@@ -144,14 +144,21 @@ def ready_info(text: str) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def running(
-    log_path: Path, settings: Mapping[str, Any], *, nofile: int | None = None, timeout: float = 30.0
+    log_path: Path,
+    settings: Mapping[str, Any],
+    *,
+    nofile: int | None = None,
+    timeout: float = 30.0,
+    memory: bool = False,
+    extra: Mapping[str, str] = {},
 ) -> Iterator[ReplicaProcess]:
     """Start a replica process (its output to ``log_path``), wait until its ``/readyz`` answers 200 (on the
-    probe port if it has one), and on leaving stop it with SIGTERM (SIGKILL after 15 s)."""
+    probe port if it has one), and on leaving stop it with SIGTERM (SIGKILL after 15 s). ``memory``: with
+    ``--memory``; ``extra``: further environment variables (``environment``)."""
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            command(nofile=nofile, ready_line=True),
-            env=environment(settings),
+            command(nofile=nofile, ready_line=True, memory=memory),
+            env=environment(settings, extra=extra),
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,

@@ -1,0 +1,58 @@
+"""What the metric series keep, bounded by their label caps: sparse blocks are merged (a family's blocks
+follow its live series, not the ones it once had) and an exemplar keeps its TrainJob's key, uid and time,
+not the event."""
+
+from __future__ import annotations
+
+import sys
+
+from app.metrics.counted import LIFETIME
+from app.metrics.exemplars import ExemplarRef
+from app.metrics.family_kinds import HistogramFamily
+from app.metrics.trainer_metrics import TrainerMetricState
+
+from .helpers import REF, reference_text
+from .test_exemplars import created, finished
+
+
+def test_sparse_gauge_blocks_are_merged_and_the_text_stays_what_prometheus_client_prints() -> None:
+    state = TrainerMetricState()
+    keys = [(f"ns-{i:04d}", REF, "running") for i in range(1280)]
+    for key in keys:
+        state.on_jobs_gauge(key, 1)
+    assert state.render_text() == reference_text(state)
+    family = state.trainjobs
+    # Series end in any order: keep one in ten, scattered over every block.
+    for i, key in enumerate(keys):
+        if i % 10:
+            state.on_jobs_gauge(key, 0)
+    assert state.render_text() == reference_text(state)
+    live = len(family)
+    assert live == 128
+    assert len(family._blocks) <= 2 * live // family._block_series + 1  # 5, not the 20 blocks it had
+    # Every block holds exactly the series it says it does, in the order of the state.
+    listed = [key for block in family._blocks for key in block.chunks[0]]
+    assert listed == list(family.values)
+    assert all(family._block_of[key] is block for block in family._blocks for key in block.chunks[0])
+    # And it keeps growing and shrinking correctly afterwards.
+    for key in keys[1::10]:
+        state.on_jobs_gauge(key, 2)
+    for key in keys[::20]:
+        state.on_jobs_gauge(key, 0)
+    assert state.render_text() == reference_text(state)
+
+
+def test_an_exemplar_keeps_the_jobs_key_uid_and_time_not_the_event() -> None:
+    state = TrainerMetricState(exemplars=True)
+    events = [created(1), finished(1, 90.0)]
+    before = [sys.getrefcount(e) for e in events]
+    for event in events:
+        state.on_countable(event)
+    del event
+    state.render_openmetrics()
+    assert [sys.getrefcount(e) for e in events] == before  # nothing of the metric state holds them
+    lifetime = state._counted[LIFETIME]
+    assert isinstance(lifetime, HistogramFamily)
+    sources = [slot[0] for slots in lifetime.exemplars.values() for slot in slots if slot is not None]
+    assert sources and all(type(s) is ExemplarRef for s in sources)
+    assert (sources[0].key, sources[0].uid, sources[0].at) == ("team-a/job-1", "uid-1", events[1].at)
