@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# dcgm-exporter's own port: a local Prometheus scrapes the simulated one at 127.0.0.1:9400 (README, "GPU use
+# per TrainJob, locally"); when it is taken, a free port, logged.
+DCGM_PORT = 9400
+
 NOT_INSTALLED = (
     "--simulate needs the simulated cluster, which is not installed "
     "(from a checkout: pip install ./sim; a production image leaves it out)"
@@ -87,13 +91,36 @@ async def embedded_cluster(settings: Settings, sim_settings: SimSettings | None 
             if workload.rate > 0:
                 task = asyncio.create_task(generator.run(workload.rate, stop), name="sim generator")
             try:
-                yield str(kubeconfig)
+                async with _dcgm_exporter(sim):
+                    yield str(kubeconfig)
             finally:
                 stop.set()
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+
+
+@contextlib.asynccontextmanager
+async def _dcgm_exporter(sim: SimulatedCluster) -> AsyncIterator[None]:
+    """The simulated cluster's NVIDIA dcgm-exporter (GPU telemetry of its pods) on DCGM_PORT, else on a free
+    port; its address logged, for a local Prometheus to scrape beside the service."""
+    from kubesim.dcgm import SimulatedDcgmExporter
+
+    dcgm = SimulatedDcgmExporter(sim.store, "127.0.0.1", DCGM_PORT)
+    try:
+        await dcgm.start()
+    except OSError as exc:
+        log.info(
+            "port %d is taken (%s): the simulated dcgm-exporter takes a free one", DCGM_PORT, exc.strerror
+        )
+        dcgm = SimulatedDcgmExporter(sim.store, "127.0.0.1", 0)
+        await dcgm.start()
+    log.info("simulated dcgm-exporter (GPU telemetry of the simulated pods) at %s/metrics", dcgm.url)
+    try:
+        yield
+    finally:
+        await dcgm.stop()
 
 
 DEMO_SCRAPER_TOKEN = "demo-scraper-token"

@@ -1,4 +1,5 @@
-"""Run the simulated cluster standalone: ``python -m kubesim --port 6443 --kubeconfig out.yaml --jobs N``."""
+"""Run the simulated cluster standalone: ``python -m kubesim --port 6443 --kubeconfig out.yaml --jobs N``;
+with ``--dcgm-port 9400`` also its simulated NVIDIA dcgm-exporter (``kubesim.dcgm``) for its pods' GPUs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import logging
 import signal
 
+from kubesim.dcgm import SimulatedDcgmExporter
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import DEFAULT_TIME_WARP, WorkloadGenerator
 
@@ -40,6 +42,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bookmark-interval", type=float, default=60.0)
     p.add_argument(
         "--namespace", action="append", default=[], help="create this namespace at start (repeatable)"
+    )
+    p.add_argument(
+        "--dcgm-port",
+        type=int,
+        default=None,
+        help="serve a simulated NVIDIA dcgm-exporter (/metrics, /truth) for the GPUs of the cluster's pods "
+        "on this port (0 picks a free one; default: not served)",
+    )
+    p.add_argument(
+        "--dcgm-no-profiling",
+        action="store_true",
+        help="leave out dcgm-exporter's profiling fields (DCGM_FI_PROF_*), as on GPUs without DCGM profiling",
+    )
+    p.add_argument(
+        "--dcgm-host-label",
+        default="Hostname",
+        choices=("Hostname", "hostname"),
+        help="the host label's name: Hostname (dcgm-exporter 4.x, default) or hostname (its main branch)",
     )
     p.add_argument("--log-level", default="INFO")
     return p
@@ -79,13 +99,27 @@ async def serve(args: argparse.Namespace) -> None:
             f", kubeconfig {args.kubeconfig}" if args.kubeconfig else "",
             "; Ctrl-C to stop",
         )
-        runner = None
-        if args.rate > 0:
-            runner = asyncio.create_task(generator.run(args.rate, stop))
-        await stop.wait()
-        if runner is not None:
-            await runner
-        log.info("stopping simulated cluster")
+        async with contextlib.AsyncExitStack() as stack:
+            if args.dcgm_port is not None:
+                dcgm = SimulatedDcgmExporter(
+                    sim.store,
+                    args.host,
+                    args.dcgm_port,
+                    profiling=not args.dcgm_no_profiling,
+                    host_label=args.dcgm_host_label,
+                )
+                await stack.enter_async_context(dcgm)
+                log.info(
+                    "simulated dcgm-exporter at %s/metrics (the expected values per TrainJob: /truth)",
+                    dcgm.url,
+                )
+            runner = None
+            if args.rate > 0:
+                runner = asyncio.create_task(generator.run(args.rate, stop))
+            await stop.wait()
+            if runner is not None:
+                await runner
+            log.info("stopping simulated cluster")
 
 
 def main(argv: list[str] | None = None) -> None:
