@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from app.handover.streams import floor_of
+
 __all__ = ["uncovered_streams"]
 
 
@@ -23,14 +25,15 @@ def uncovered_streams(
 
     ``remembered_from``: per watch stream, the rv after which the journal holds every countable event
     (``CountJournal.remembered_from``). ``floor``: what ``LeaseWatermarks.takeover_floor`` gives, per stream
-    (a stream it does not name falls back to "") or one int for all; None (unknown: nothing is replayed)
-    and 0 (nobody counted anything) leave nothing uncovered. Empty: this replica covers the floor.
+    (a stream it does not name: app/handover/streams.py ``floor_of``) or one int for all; None (unknown:
+    nothing is replayed) and 0 (nobody counted anything) leave nothing uncovered. Empty: this replica
+    covers the floor.
     """
     if floor is None or isinstance(floor, int):
         return {}
     gaps: dict[str, tuple[int, int]] = {}
     for stream, start in remembered_from.items():
-        limit = floor.get(stream, floor.get(""))
+        limit = floor_of(floor, stream)
         if limit is not None and start > limit:
             gaps[stream] = (start, limit)
     return gaps

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from app.handover import streams
 from app.handover.candidacy import warm_head_start
 from app.handover.coverage import uncovered_streams
 from app.handover.journal import CountJournal, JournalTelemetry
@@ -36,7 +37,7 @@ from app.handover.watermarks import LeaseWatermarks, Watermarks
 from app.kube.client import KubeClient
 from app.kube.lease import KubeLeaseClient, LeaseRecord
 from app.metrics.trainer_metrics import RuntimeProvider, TrainerMetricState
-from app.trainer.events import CountableEvent, RuntimeInfo, TrainerSink
+from app.trainer.events import RuntimeInfo, TrainerSink
 from app.trainer.informer_projectors import TrainJobProjector
 from app.trainer.state import TrainerState
 
@@ -71,7 +72,7 @@ class HandOver:
         to ``gauge_sink``. ``client``: the connected client, looked up when a floor is read. ``clock``:
         the served ledger's (the metric state's own clock must be the same one)."""
         self.config = config
-        stream_of = _namespace_stream if config.per_namespace else _single_stream
+        stream_of = streams.stream_of(config.per_namespace)
         self.metric_state = metric_state(self._runtime_info)
         hold = self.metric_state.zero_hold
         self.ledger = ServedLedger(
@@ -185,11 +186,3 @@ class HandOver:
         for stream, rv in streams:
             if rv.isdigit():
                 self.journal.remember_from(stream, int(rv))
-
-
-def _namespace_stream(event: CountableEvent) -> str:
-    return event.namespace
-
-
-def _single_stream(event: CountableEvent) -> str:
-    return ""

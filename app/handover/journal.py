@@ -78,7 +78,9 @@ Limits:
 
 Watermarks are per watch stream (``stream_of(event)``): resourceVersions are ordered within one watch,
 not across several. The service watches TrainJobs either in all namespaces (one stream, "") or in each
-configured namespace (one stream each, named by the namespace), and publishes one watermark per stream.
+configured namespace (one stream each, named by the namespace), and the pods likewise (``pods/``,
+``pods/<namespace>``: a pod's failure), and publishes one watermark per stream; a stream the floor does
+not name takes the floor app/handover/streams.py ``floor_of`` gives it.
 
 Everything runs on the event loop thread.
 """
@@ -92,6 +94,7 @@ from typing import Protocol
 
 import msgspec
 
+from app.handover.streams import floor_of
 from app.trainer.events import CountableEvent, GaugeKey, TrainerSink
 
 __all__ = ["CountJournal", "JournalTelemetry"]
@@ -201,7 +204,7 @@ class CountJournal:
             floors = self._floors or {}
             for entry in self._uncertain.values():
                 stream = self._stream_of(entry.event)
-                floor = floors.get(stream, floors.get(""))
+                floor = floor_of(floors, stream)
                 if floor is not None and stream in out and floor < out[stream]:
                     out[stream] = floor
         return out
@@ -375,7 +378,7 @@ class CountJournal:
         out = []
         for entry in self._uncertain.values():
             stream = self._stream_of(entry.event)
-            floor = floors.get(stream, floors.get(""))
+            floor = floor_of(floors, stream)
             if floor is not None:
                 out.append((entry.event, stream, floor))
         return out
@@ -408,7 +411,7 @@ class CountJournal:
         floors = self._floors
         if floors is None:
             return _COUNT
-        floor = floors.get(self._stream_of(event), floors.get(""))
+        floor = floor_of(floors, self._stream_of(event))
         if floor is None:
             return _COUNT
         if event.rv <= floor:
@@ -431,7 +434,7 @@ class CountJournal:
                 entry.seen = True
                 continue
             stream = self._stream_of(entry.event)
-            limit = seen.get(stream, seen.get(""))
+            limit = floor_of(seen, stream)
             if limit is not None and entry.event.rv <= limit:
                 entry.seen = True
 

@@ -3,7 +3,9 @@ relisted across the watermark").
 
 An edge a relist found across the take-over floor may or may not have been counted by the previous
 leader. The TrainJobs as they were at the floor decide it: one paginated LIST at exactly that revision
-(app/kube/exact_list.py) per stream and floor, once per takeover that holds such edges.
+(app/kube/exact_list.py) per stream and floor, once per takeover that holds such edges. A pod's failure
+(a pods stream, app/handover/streams.py) is decided by the pods as they were at its floor: a pod already
+Failed then was counted by the previous leader (``failed_at``, a LIST with the pods watch's selector).
 """
 
 from __future__ import annotations
@@ -14,17 +16,26 @@ import logging
 from collections.abc import Callable, Mapping
 
 from app.handover.journal import CountJournal
+from app.handover.streams import is_pod_stream, stream_namespace
 from app.kube.client import KubeClient
 from app.kube.exact_list import list_at
-from app.metrics.counted import AT_FLOOR_RESUMED, AT_FLOOR_RUNNING, AT_FLOOR_TERMINAL, edge_of
+from app.metrics.counted import (
+    AT_FLOOR_FAILED,
+    AT_FLOOR_RESUMED,
+    AT_FLOOR_RUNNING,
+    AT_FLOOR_TERMINAL,
+    edge_of,
+)
 from app.trainer.events import CountableEvent
 from app.trainer.informer_projectors import TRAINJOB_PROJECTOR, TrainJobProjector
 from app.trainer.kinds import TRAINJOBS
-from app.trainer.rules import RUNNING, SUSPENDED
+from app.trainer.pods import PODS
+from app.trainer.rules import FAILED_PHASE, POD_SELECTOR, RUNNING, SUSPENDED
 
 __all__ = [
     "HeldEdgeSettler",
     "counted_before",
+    "failed_at",
     "terminal_at",
 ]
 
@@ -40,8 +51,10 @@ def counted_before(event: CountableEvent, terminal_at_floor: Mapping[str, int]) 
     terminal; a start: running; an admission: resumed). Assumes the previous leader saw every edge up to
     its watermark, as the journal's skip rule does. (A job that ran, or was resumed, before the floor and
     was not running, or was suspended again, at the floor reads as not counted: counted twice rather than
-    lost.)"""
-    return edge_of(event).counted_before(terminal_at_floor.get(event.uid))
+    lost.) A row with a ``subject`` (a pod's failure) reads the bits of its subject (the pod, from
+    ``failed_at``) rather than of the TrainJob."""
+    edge = edge_of(event)
+    return edge.counted_before(terminal_at_floor.get(edge.subject_uid(event)))
 
 
 async def terminal_at(
@@ -68,6 +81,30 @@ async def terminal_at(
                 # admitted: out of suspended (app/trainer/state.py), or Resumed and preempted since
                 | (AT_FLOOR_RESUMED if job.resumed or job.state != SUSPENDED else 0)
             )
+    return out
+
+
+async def failed_at(
+    client: KubeClient, namespace: str | None, resource_version: int, *, page_size: int
+) -> dict[str, int]:
+    """pod uid -> AT_FLOOR_FAILED (phase Failed) or 0, for every pod the pods watch selects (JobSet's
+    ``jobset-name`` label) as it was at ``resource_version``."""
+    out: dict[str, int] = {}
+    items = list_at(
+        client,
+        PODS,
+        namespace,
+        resource_version,
+        page_size=page_size,
+        timeout=_PAGE_TIMEOUT,
+        label_selector=POD_SELECTOR,
+    )
+    async for item in items:
+        metadata, status = item.get("metadata"), item.get("status")
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
+        if isinstance(uid, str) and uid:
+            phase = status.get("phase") if isinstance(status, dict) else None
+            out[uid] = AT_FLOOR_FAILED if phase == FAILED_PHASE else 0
     return out
 
 
@@ -114,7 +151,7 @@ class HeldEdgeSettler:
             for event, stream, floor in batch:
                 groups.setdefault((stream, floor), []).append(event)
             for (stream, floor), events in groups.items():
-                at_floor = await self._read(stream or None, floor, len(events))
+                at_floor = await self._read(stream, floor, len(events))
                 counted = 0
                 for event in events:
                     count = at_floor is None or not counted_before(event, at_floor)
@@ -129,18 +166,23 @@ class HeldEdgeSettler:
                     len(events) - counted,
                 )
 
-    async def _read(self, namespace: str | None, floor: int, held: int) -> dict[str, int] | None:
+    async def _read(self, stream: str, floor: int, held: int) -> dict[str, int] | None:
+        pods = is_pod_stream(stream)
         try:
             client = self._client()
             if client is None:
                 raise RuntimeError("not connected to the Kubernetes API")
+            namespace = stream_namespace(stream)
+            if pods:
+                return await failed_at(client, namespace, floor, page_size=self._page_size)
             return await terminal_at(
                 client, namespace, floor, page_size=self._page_size, projector=self.projector
             )
         except Exception as exc:
             log.warning(
-                "could not read the TrainJobs at the hand-over watermark %s (%s): counting %d "
+                "could not read the %s at the hand-over watermark %s (%s): counting %d "
                 "edges whose hand-over is uncertain; some may be counted twice",
+                "pods" if pods else "TrainJobs",
                 floor,
                 exc,
                 held,

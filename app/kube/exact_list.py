@@ -23,13 +23,17 @@ async def list_at(
     *,
     page_size: int,
     timeout: float,
+    label_selector: str | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Every item of the collection at ``resource_version``; each page bounded by ``timeout`` seconds."""
+    """Every item of the collection at ``resource_version`` (those ``label_selector`` selects, if given);
+    each page bounded by ``timeout`` seconds."""
     path = resource.collection_path(namespace)
+    selector = {"labelSelector": label_selector} if label_selector else {}
     query = {
         "limit": str(page_size),
         "resourceVersion": str(resource_version),
         "resourceVersionMatch": "Exact",
+        **selector,
     }
     while True:
         body = await client.request_json("GET", path, query=query, timeout=timeout)
@@ -42,4 +46,5 @@ async def list_at(
         if not cont:
             return
         # The token pins the snapshot; the server rejects resourceVersion together with continue.
-        query = {"limit": str(page_size), "continue": cont}
+        # The token does not carry the selector: each page asks for it again (as client-go's pager does).
+        query = {"limit": str(page_size), "continue": cont, **selector}

@@ -11,7 +11,9 @@ its metrics, a row (``CountedEdge``) declares, for one edge of the Trainer state
   increment's exemplar: the event with that value (app/metrics/exemplars.py);
 * ``at_floor``: the ``AT_FLOOR_*`` bits the TrainJob had at the hand-over floor if the previous leader
   counted the edge (0: the job existed then), for the edges a relist found across the floor
-  (app/handover/settle.py).
+  (app/handover/settle.py);
+* ``subject``: for a row whose edge is an object's other than the TrainJob (a pod's failure), the uid of
+  that object, which the at-floor bits are read by (None: the event's ``uid``, the TrainJob's).
 
 Derived from it: the counter and histogram families of ``TrainerMetricState`` (``FAMILIES``, in exposition
 order), its ``on_countable`` and ``held_series_of`` (app/metrics/trainer_metrics.py), ``counted_before``
@@ -27,11 +29,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, NamedTuple, TypeVar, get_args
 
-from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
+from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted, PodFailed
 
 __all__ = [
     "ACCELERATOR_BUCKETS",
     "ADMISSION_WAIT",
+    "AT_FLOOR_FAILED",
     "AT_FLOOR_RESUMED",
     "AT_FLOOR_RUNNING",
     "AT_FLOOR_TERMINAL",
@@ -42,6 +45,7 @@ __all__ = [
     "LIFETIME",
     "LIFETIME_BUCKETS",
     "NODES_BUCKETS",
+    "POD_FAILURES",
     "REQUESTED_ACCELERATORS",
     "REQUESTED_NODES",
     "STARTUP",
@@ -80,6 +84,7 @@ ACCELERATOR_BUCKETS: tuple[float, ...] = (0.0, *(float(2**i) for i in range(13))
 AT_FLOOR_TERMINAL = 1
 AT_FLOOR_RUNNING = 2
 AT_FLOOR_RESUMED = 4
+AT_FLOOR_FAILED = 8  # a pod (the row's subject) in phase Failed
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -108,7 +113,7 @@ class Increment(NamedTuple):
     value: float
 
 
-E = TypeVar("E", JobCreated, JobFinished, JobStarted, JobAdmitted)
+E = TypeVar("E", JobCreated, JobFinished, JobStarted, JobAdmitted, PodFailed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +125,11 @@ class CountedEdge(Generic[E]):
     families: tuple[CountedFamily, ...]
     series: Callable[[E], Sequence[Increment]]
     at_floor: int
+    subject: Callable[[E], str] | None = None  # see the module docstring
+
+    def subject_uid(self, event: E) -> str:
+        """The uid the at-floor bits of ``event`` are keyed by: its subject's, else the TrainJob's."""
+        return event.uid if self.subject is None else self.subject(event)
 
     def counted_before(self, bits_at_floor: int | None) -> bool:
         """Whether the previous leader counted this edge of a job that had ``bits_at_floor`` at the floor
@@ -176,6 +186,13 @@ ADMISSION_WAIT = CountedFamily(
     "histogram",
     STARTUP_BUCKETS,
 )
+POD_FAILURES = CountedFamily(
+    _PREFIX + "trainjob_pod_failures",
+    "Pods of TrainJobs that failed (phase Failed, once per pod uid), by the pod's reason (its status' or its "
+    "failed container's).",
+    ("namespace", "runtime_ref", "reason"),
+    "counter",
+)
 
 # Exposition order (between kubeflow_trainer_runtime_info and the kubeflow_trainer_trainjobs gauge).
 FAMILIES: tuple[CountedFamily, ...] = (
@@ -186,6 +203,7 @@ FAMILIES: tuple[CountedFamily, ...] = (
     REQUESTED_ACCELERATORS,
     STARTUP,
     ADMISSION_WAIT,
+    POD_FAILURES,
 )
 
 
@@ -230,12 +248,22 @@ def _admitted(event: JobAdmitted) -> list[Increment]:
     return _duration(ADMISSION_WAIT, event.runtime_ref, event.wait_seconds)
 
 
+def _pod_failed(event: PodFailed) -> list[Increment]:
+    return [Increment(POD_FAILURES, (event.namespace, event.runtime_ref, event.reason), 1.0)]
+
+
+def _pod_of(event: PodFailed) -> str:
+    return event.pod_uid
+
+
 EDGES: tuple[CountedEdge[Any], ...] = (
     # Created: the creation counter and the requests' histograms; counted before if the job existed.
     CountedEdge(JobCreated, "created", (CREATED, REQUESTED_NODES, REQUESTED_ACCELERATORS), _created, 0),
     CountedEdge(JobFinished, "finished", (FINISHED, LIFETIME), _finished, AT_FLOOR_TERMINAL),
     CountedEdge(JobStarted, "started", (STARTUP,), _started, AT_FLOOR_RUNNING),
     CountedEdge(JobAdmitted, "admitted", (ADMISSION_WAIT,), _admitted, AT_FLOOR_RESUMED),
+    # A pod's failure: counted before if the pod was Failed at the floor (its bits are read from the pods).
+    CountedEdge(PodFailed, "pod_failed", (POD_FAILURES,), _pod_failed, AT_FLOOR_FAILED, subject=_pod_of),
 )
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -382,10 +382,22 @@ class PodSeriesHandler:
         self._series.pod_deleted(last)
 
 
-class PodJobHandler:
-    """``InformerHandler[TrainJobProjection]``: the inner job handler, then the pod series' join."""
+class JobListener(Protocol):
+    """What is told of each TrainJob after the inner handler: the pod series' join (``PodSeries``), the
+    pod-failure edges (app/trainer/pod_failures.py)."""
 
-    def __init__(self, inner: Any, series: PodSeries) -> None:
+    def job_added(self, job: TrainJobProjection) -> None: ...
+
+    def job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None: ...
+
+    def job_deleted(self, last: TrainJobProjection) -> None: ...
+
+
+class PodJobHandler:
+    """``InformerHandler[TrainJobProjection]``: the inner job handler, then the pod series' join (or another
+    ``JobListener``)."""
+
+    def __init__(self, inner: Any, series: JobListener) -> None:
         self._inner = inner
         self._series = series
         # The informer calls on_relist only if the handler has it (app/kube/cache.py); forward it as is.

@@ -25,6 +25,8 @@ from app.kube.informer_telemetry import InformerTelemetry
 from app.kube.priority import LoopPriority
 from app.metrics.pods import PodJobHandler, PodSeries, PodSeriesHandler, PodSeriesTelemetry
 from app.trainer import rules
+from app.trainer.events import TrainerSink
+from app.trainer.pod_failures import PodFailures
 from app.trainer.pods import PODS, PodProjection, PodProjector
 
 log = logging.getLogger(__name__)
@@ -108,10 +110,34 @@ class PodWatch:
         return WATCHING
 
 
+class PodHandlers:
+    """``InformerHandler[PodProjection]`` of the pods watch: the pod series, then the pod-failure edges."""
+
+    def __init__(self, series: PodSeriesHandler, failures: PodFailures) -> None:
+        self._series = series
+        self._failures = failures
+
+    def on_added(self, obj: PodProjection, initial: bool) -> None:
+        self._series.on_added(obj, initial)
+        self._failures.on_added(obj, initial)
+
+    def on_updated(self, old: PodProjection, new: PodProjection) -> None:
+        self._series.on_updated(old, new)
+        self._failures.on_updated(old, new)
+
+    def on_deleted(self, last: PodProjection) -> None:
+        self._series.on_deleted(last)
+        self._failures.on_deleted(last)
+
+    def on_relist(self, since: int | None) -> None:
+        self._failures.on_relist(since)
+
+
 class PodSeriesFeature:
     """The pod series of one replica (``pod_series``): their families for the Trainer exposition (leader
-    only), the handler that joins them to the TrainJobs, the pods watches, and their self-telemetry (every
-    replica). Off, it adds no family, no handler and no watch."""
+    only), the handler that joins them to the TrainJobs, the pod-failure edges (counted through the
+    journal, ``connect``), the pods watches, and their self-telemetry (every replica). Off, it adds no
+    family, no handler, no edge and no watch."""
 
     def __init__(
         self,
@@ -130,6 +156,7 @@ class PodSeriesFeature:
             on_change=on_change,
             on_limit=on_limit,
         )
+        self.failures = PodFailures(max_reasons=settings.max_failure_reasons, on_limit=on_limit)
         self.projector = PodProjector(rules.AcceleratorMatcher(settings.accelerator_resource_patterns))
         self.pod_watches: list[PodWatch] = []
         registry.register(PodSeriesTelemetry(self.series, self.statuses))
@@ -138,9 +165,17 @@ class PodSeriesFeature:
     def families(self) -> tuple[Any, ...]:
         return self.series.families if self.enabled else ()
 
+    def connect(self, sink: TrainerSink, runtime_label: Callable[[str], str]) -> None:
+        """The pod failures go to ``sink`` (the hand-over journal), labelled by TrainerState's
+        ``runtime_ref_label``."""
+        self.failures.connect(sink, runtime_label)
+
     def job_handler(self, inner: Any) -> Any:
-        """The TrainJob informers' handler, with the pod series told of each TrainJob (when on)."""
-        return PodJobHandler(inner, self.series) if self.enabled else inner
+        """The TrainJob informers' handler, with the pod series and the pod-failure edges told of each
+        TrainJob (when on)."""
+        if not self.enabled:
+            return inner
+        return PodJobHandler(PodJobHandler(inner, self.series), self.failures)
 
     def watches(
         self,
@@ -152,7 +187,7 @@ class PodSeriesFeature:
         """The pods watches to run (none when off): one per watched namespace, else one over all."""
         if not self.enabled:
             return []
-        handler = PodSeriesHandler(self.series)
+        handler = PodHandlers(PodSeriesHandler(self.series), self.failures)
 
         def informer(namespace: str | None) -> Informer[PodProjection]:
             return Informer(

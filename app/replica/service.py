@@ -105,6 +105,8 @@ class Service:
         self.journal = self.handover.journal
         self.ledger = self.handover.ledger
         self.lease_watermarks = self.handover.watermarks
+        # A pod's failure is a countable edge like a TrainJob's (app/trainer/pod_failures.py).
+        self.pods.connect(self.journal, self.state.runtime_ref_label)
         self.state.watch_jobs(lambda: (job for i in self._trainjob_informers for _, job in i.items()))
         self.exposition = MetricsExposition(self.registry)
         # A scrape runs ahead of watch ingestion on the loop (app/kube/priority.py).

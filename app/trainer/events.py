@@ -1,8 +1,8 @@
 """What the Trainer state tells the metric layer: countable edges and gauge changes.
 
-Countable events (created, finished, started, admitted) carry the resourceVersion of the TrainJob state
-that produced them, so that a new leader can skip what the previous leader already counted (see
-app/handover/journal.py).
+Countable events (created, finished, started, admitted; a pod failed) carry the resourceVersion of the
+TrainJob (or pod) state that produced them, so that a new leader can skip what the previous leader already
+counted (see app/handover/journal.py).
 
 ``since`` 0: the edge happened at ``rv`` (seen on a watch). Otherwise a relist found it: the watch had
 missed it, so the edge happened after ``since`` (the rv the informer held before the gap) and at or before
@@ -112,7 +112,25 @@ class JobAdmitted(msgspec.Struct, frozen=True, gc=False):
     at: float | None = None
 
 
-CountableEvent = JobCreated | JobFinished | JobStarted | JobAdmitted
+class PodFailed(msgspec.Struct, frozen=True, gc=False):
+    """A pod of a cached TrainJob first observed in phase Failed (app/trainer/pod_failures.py), once per pod
+    uid. Its own stream of resourceVersions: the pods watch's (app/handover/streams.py).
+
+    ``uid`` and ``key`` are the TrainJob's (its exemplar, as every event's); the pod is ``pod_uid``, which
+    the hand-over settles an uncertain failure by (app/metrics/counted.py, the row's ``subject``)."""
+
+    rv: int  # resourceVersion of the pod state the failure was seen on
+    uid: str  # the TrainJob's
+    pod_uid: str
+    namespace: str
+    runtime_ref: str  # the TrainJob's runtime_ref label
+    reason: str  # rules.pod_failure_reason, capped
+    since: int = 0  # see the module docstring (the pods informer's rv before its gap)
+    key: str = ""  # the TrainJob's "namespace/name"; ``at``: when the pod was seen failed (wall clock)
+    at: float | None = None
+
+
+CountableEvent = JobCreated | JobFinished | JobStarted | JobAdmitted | PodFailed
 
 # (namespace, runtime_ref, state) with state in rules.JOB_STATES
 GaugeKey = tuple[str, str, str]

@@ -220,6 +220,10 @@ class TrainerState:
     def runtimes(self) -> list[RuntimeProjection]:
         return self._inventory.runtimes()
 
+    def runtime_ref_label(self, raw_ref: str) -> str:
+        """The runtime_ref label a raw ref gets now (as the TrainJob edges carry it)."""
+        return self._refs.label(raw_ref)
+
     def runtime(self, ref: str) -> RuntimeProjection | None:
         return self._refs.by_ref.get(ref)
 

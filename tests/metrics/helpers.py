@@ -11,7 +11,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics.trainer_metrics import TrainerMetricState
-from app.trainer.events import JobAdmitted, JobCreated, JobFinished, JobStarted
+from app.trainer.events import JobAdmitted, JobCreated, JobFinished, JobStarted, PodFailed
 
 REF = "trainer.kubeflow.org/ClusterTrainingRuntime//torch-distributed"
 
@@ -47,6 +47,21 @@ def started(rv: int, *, ref: str = REF, seconds: float = 42.0, uid: str | None =
 
 def admitted(rv: int, *, ref: str = REF, seconds: float = 300.0, uid: str | None = None) -> JobAdmitted:
     return JobAdmitted(rv, uid or f"uid-{rv}", ref, seconds)
+
+
+def pod_failed(
+    rv: int, *, ref: str = REF, reason: str = "OOMKilled", uid: str | None = None, pod_uid: str | None = None
+) -> PodFailed:
+    return PodFailed(
+        rv,
+        uid or f"uid-{rv}",
+        pod_uid or f"pod-{rv}",
+        "default",
+        ref,
+        reason,
+        key=f"default/job-{rv}",
+        at=1.0e9,
+    )
 
 
 def reference_text(state: TrainerMetricState) -> bytes:

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from app.metrics.counted import (
+    AT_FLOOR_FAILED,
     AT_FLOOR_RESUMED,
     AT_FLOOR_RUNNING,
     AT_FLOOR_TERMINAL,
@@ -21,9 +22,9 @@ from app.metrics.counted import (
 )
 from app.metrics.family_kinds import CounterFamily, HistogramFamily
 from app.metrics.trainer_metrics import TrainerMetricState
-from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted
+from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted, PodFailed
 
-from .helpers import admitted, created, finished, started
+from .helpers import admitted, created, finished, pod_failed, started
 
 HOLD = 10.0
 
@@ -33,6 +34,7 @@ SAMPLES: dict[type, CountableEvent] = {
     JobFinished: finished(2, lifetime=90.0),
     JobStarted: started(3),
     JobAdmitted: admitted(4),
+    PodFailed: pod_failed(5),
 }
 
 
@@ -110,6 +112,8 @@ def test_held_series_of_waits_for_every_series_the_event_moved(event: CountableE
         (finished(1, uid="u"), AT_FLOOR_RUNNING, False),
         (started(1, uid="u"), AT_FLOOR_RUNNING | AT_FLOOR_RESUMED, True),
         (admitted(1, uid="u"), AT_FLOOR_RUNNING, False),
+        (pod_failed(1, uid="u"), AT_FLOOR_FAILED, True),  # the pod was Failed at the floor
+        (pod_failed(1, uid="u"), 0, False),  # it existed, not failed yet
     ],
 )
 def test_a_row_says_what_the_job_was_at_the_floor_if_the_edge_was_counted(
@@ -126,3 +130,23 @@ def test_a_duration_that_is_not_finite_increments_nothing() -> None:
         SAMPLES[JobCreated], nodes_observed=False, accelerators_observed=False
     )
     assert [i.family.name for i in series_of(unbelievable)] == ["kubeflow_trainer_trainjob_created"]
+
+
+def test_a_pod_failure_is_settled_by_its_pod_and_shows_its_trainjob_as_exemplar() -> None:
+    """The row of PodFailed reads the at-floor bits of the pod (its ``subject``), not of the TrainJob, and
+    counts into (namespace, runtime_ref, reason) with the TrainJob's event as the exemplar."""
+    event = pod_failed(7, uid="job-uid", pod_uid="pod-uid", reason="Evicted")
+    edge = edge_of(event)
+    assert edge.subject_uid(event) == "pod-uid"
+    assert edge_of(SAMPLES[JobFinished]).subject_uid(SAMPLES[JobFinished]) == SAMPLES[JobFinished].uid
+    [increment] = series_of(event)
+    assert increment.family.name == "kubeflow_trainer_trainjob_pod_failures"
+    assert increment.labels == ("default", event.runtime_ref, "Evicted")
+    assert increment.value == 1.0
+    state = TrainerMetricState(zero_hold=0.0, exemplars=True, clock=lambda: 0.0)
+    state.on_countable(event)
+    body = state.render_openmetrics()
+    line = next(
+        x for x in body.decode().splitlines() if x.startswith("kubeflow_trainer_trainjob_pod_failures_total")
+    )
+    assert 'uid="job-uid"' in line and 'name="job-7"' in line, line

@@ -28,6 +28,7 @@ from .helpers import (
     families,
     feed,
     finished,
+    pod_failed,
     reference_openmetrics,
     reference_text,
     sample_count,
@@ -53,6 +54,7 @@ EXPECTED = {
     "kubeflow_trainer_trainjob_requested_accelerators": ("histogram", {"accelerator_class", "runtime_ref"}),
     "kubeflow_trainer_trainjob_startup_seconds": ("histogram", {"runtime_ref"}),
     "kubeflow_trainer_trainjob_admission_wait_seconds": ("histogram", {"runtime_ref"}),
+    "kubeflow_trainer_trainjob_pod_failures": ("counter", {"namespace", "runtime_ref", "reason"}),
     "kubeflow_trainer_trainjobs": ("gauge", {"namespace", "runtime_ref", "state"}),
 }
 
@@ -61,7 +63,7 @@ def full_state() -> TrainerMetricState:
     state = TrainerMetricState(lambda: [RUNTIME])
     state.on_runtimes_changed()
     feed(state, [created(1, nodes=2, accel_class="nvidia.com/gpu", accel=16), finished(2, lifetime=90.0)])
-    feed(state, [admitted(3, seconds=45.0), started(4, seconds=61.5)])
+    feed(state, [admitted(3, seconds=45.0), started(4, seconds=61.5), pod_failed(5, reason="Evicted")])
     state.on_jobs_gauge(("team-a", REF, "running"), 3)
     return state
 

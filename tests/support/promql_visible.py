@@ -175,6 +175,8 @@ def truth_increments(before: TruthSnapshot, after: TruthSnapshot) -> Table:
             out["kubeflow_trainer_trainjob_requested_accelerators_sum"][accel] += count
     for started in after.started_since(before):
         out["kubeflow_trainer_trainjob_startup_seconds_count"][(started.runtime_ref,)] += 1
+    for key, n in after.pod_failures_since(before).items():
+        out["kubeflow_trainer_trainjob_pod_failures_total"][key] += n
     for admitted in after.admitted_since(before):
         out["kubeflow_trainer_trainjob_admission_wait_seconds_count"][(admitted.runtime_ref,)] += 1
         out["kubeflow_trainer_trainjob_admission_wait_seconds_sum"][(admitted.runtime_ref,)] += (

@@ -1,5 +1,5 @@
 """Pod rules: which TrainJob a pod belongs to (the labels JobSet writes), whether it holds its node now, the
-devices it holds as the scheduler counts them, and its JobSet restart attempt.
+devices it holds as the scheduler counts them, its JobSet restart attempt, and why it failed.
 
 Its own module because the pods are a watch of their own (app/trainer/pods.py projects them) and none of
 the TrainJob rules reads them.
@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Final
+
+from app.trainer.rules.status import OTHER_REASON, is_condition_reason
 
 # kubernetes-sigs/jobset v0.12.0 api/jobset/v1alpha2/jobset_types.go, pkg/constants/constants.go
 JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
@@ -113,3 +115,40 @@ def pod_devices(containers: Iterable[Devices], init_containers: Iterable[tuple[D
         if count > total.get(cls, 0):
             total[cls] = count
     return tuple(sorted((cls, count) for cls, count in total.items() if count > 0))
+
+
+# What the kubelet writes into a failed pod's status.reason (kubernetes v1.33): the eviction manager
+# (pkg/kubelet/eviction/helpers.go ``Reason = "Evicted"``, written by evictPod through the status manager)
+# and activeDeadlineSeconds (pkg/kubelet/active_deadline.go ``reason = "DeadlineExceeded"``, the pod
+# failed by the kubelet's ShouldEvict); admission and node shutdown write others (UnexpectedAdmissionError,
+# OutOfcpu, Terminated: pkg/kubelet/lifecycle, pkg/kubelet/nodeshutdown), which show by name as well.
+# A container's state.terminated.reason comes from the container runtime through CRI: containerd writes
+# "OOMKilled" for a container the kernel's OOM killer ended and "Error" for any other non-zero exit
+# (internal/cri/server/container_status.go toCRIContainerStatus), as CRI-O does.
+EVICTED_REASON: Final = "Evicted"
+POD_DEADLINE_REASON: Final = "DeadlineExceeded"
+OOM_KILLED_REASON: Final = "OOMKilled"
+ERROR_REASON: Final = "Error"
+# Always kept by name, beyond the cap on distinct reasons (app/trainer/pod_failures.py).
+POD_FAILURE_REASONS: Final = (
+    EVICTED_REASON,
+    POD_DEADLINE_REASON,
+    OOM_KILLED_REASON,
+    ERROR_REASON,
+    OTHER_REASON,
+)
+
+
+def pod_failure_reason(status_reason: str, container_reason: str) -> str:
+    """The reason label of a failed pod, before the cap on distinct values: the pod's ``status.reason``
+    when it is a well-formed reason (the kubelet's: Evicted, DeadlineExceeded, ...), else its failed
+    container's ``state.terminated.reason`` (the runtime's: OOMKilled, Error, ...), else ``other``.
+
+    The pod's own reason comes first: the kubelet that evicts a pod or ends it at its deadline kills its
+    containers too, and their exit (137, "Error") says less than why they were killed. Well-formed as
+    ``finished_total``'s reasons (rules.is_condition_reason: a CamelCase identifier of at most 64
+    characters): anything else, or no reason at all, is ``other``."""
+    for reason in (status_reason, container_reason):
+        if reason and is_condition_reason(reason):
+            return reason
+    return OTHER_REASON

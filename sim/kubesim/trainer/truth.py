@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from kubesim.trainer.truth_pods import PodFailureKey, failed_pod_key, trainjob_of
 from kubesim.trainer.truth_records import (
     AdmittedJob,
     CreatedKey,
@@ -72,6 +73,10 @@ class Truth:
         # uid -> the training step of the runtime a job was created with (its runtime snapshot), once known
         self.training: dict[str, frozenset[str]] = {}
         self._queued: set[str] = set()  # jobs suspended since their creation: waiting for admission
+        # kubeflow_trainer_trainjob_pod_failures_total (truth_pods.py): the failed pods of live TrainJobs
+        self.pod_failures: Counter[PodFailureKey] = Counter()
+        self._failed_pods: set[str] = set()  # pod uids counted
+        self._by_name: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = {}  # -> (uid, job as stored)
         self.resource_version = 0
 
     # -- runtimes --------------------------------------------------------------------------------------
@@ -126,6 +131,7 @@ class Truth:
                 self.resource_version,
             )
         self._move(uid, (namespace, ref, state))
+        self._by_name[(namespace, str(meta.get("name", "")))] = (uid, job)
 
     def _first_running_or_admitted(
         self, job: Mapping[str, Any], uid: str, namespace: str, ref: str, state: str
@@ -159,6 +165,24 @@ class Truth:
         self.training.pop(uid, None)
         self._queued.discard(uid)
         self._move(uid, None)
+        for key, (known, _) in list(self._by_name.items()):
+            if known == uid:
+                del self._by_name[key]
+
+    def pod_written(self, pod: Mapping[str, Any]) -> None:
+        """Any write returned ``pod``: a pod of a live TrainJob first written Failed counts one failure
+        (truth_pods.py), once per pod uid."""
+        meta = as_dict(pod.get("metadata"))
+        self._note_rv(meta)
+        uid = str(meta.get("uid", ""))
+        if uid in self._failed_pods:
+            return
+        owner = trainjob_of(pod)
+        entry = self._by_name.get(owner) if owner is not None else None
+        key = failed_pod_key(pod, entry[1] if entry is not None else None)
+        if key is not None:
+            self._failed_pods.add(uid)
+            self.pod_failures[key] += 1
 
     def _move(self, uid: str, key: JobsKey | None) -> None:
         old = self._current.pop(uid, None)
@@ -213,6 +237,7 @@ class Truth:
             started=MappingProxyType(dict(self.started)),
             admitted=MappingProxyType(dict(self.admitted)),
             accelerator_observations=MappingProxyType(dict(self.accelerator_observations)),
+            pod_failures=MappingProxyType(dict(self.pod_failures)),
         )
 
 

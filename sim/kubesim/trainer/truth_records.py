@@ -91,6 +91,8 @@ class TruthSnapshot:
     # created so far (one per accelerator class a job requests, or one "none"): a running total, so that
     # a window's count survives a caller dropping the records of deleted jobs from ``requests``.
     accelerator_observations: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # kubeflow_trainer_trainjob_pod_failures_total by (namespace, runtime_ref, reason) (truth_pods.py)
+    pod_failures: Mapping[tuple[str, str, str], int] = field(default_factory=lambda: MappingProxyType({}))
 
     def created_since(self, before: TruthSnapshot) -> dict[CreatedKey, int]:
         return _counter_delta(self.created, before.created)
@@ -100,6 +102,9 @@ class TruthSnapshot:
 
     def accelerator_observations_since(self, before: TruthSnapshot) -> dict[str, int]:
         return _counter_delta(self.accelerator_observations, before.accelerator_observations)
+
+    def pod_failures_since(self, before: TruthSnapshot) -> dict[tuple[str, str, str], int]:
+        return _counter_delta(self.pod_failures, before.pod_failures)
 
     def requests_since(self, before: TruthSnapshot) -> list[JobRequest]:
         return [req for uid, req in self.requests.items() if uid not in before.requests]
