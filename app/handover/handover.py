@@ -6,6 +6,7 @@ builds that pipeline with the parts of the hand-over beside it:
 * ``journal`` (app/handover/journal.py): leader-gated counting, the remembered events a take-over replays;
 * ``ledger`` (app/handover/served.py): what the scrapes have shown, hence the served watermarks;
 * ``settler`` (app/handover/settle.py): the held edges, settled from the TrainJobs as they were at the floor;
+* ``gap`` (app/handover/gap.py): a take-over whose journal begins above the floor rebuilds the edges between;
 * ``watermarks`` and ``payload`` (app/handover/watermarks.py, lease_payload.py): what the Lease carries;
 * ``trainjob_projector``: the one TrainJob projector of the informers and of the settler's LIST at a floor
   (a job runs when its training step is ready: the step resolved from its runtime when first known, or
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from app.handover import streams
 from app.handover.candidacy import warm_head_start
 from app.handover.coverage import uncovered_streams
+from app.handover.gap import GapRebuilder
 from app.handover.journal import CountJournal, JournalTelemetry
 from app.handover.lease_payload import LeasePayload
 from app.handover.scrape_wait import wait_until_scraped
@@ -100,6 +102,14 @@ class HandOver:
         self.settler = HeldEdgeSettler(
             self.journal, client, page_size=config.list_page_size, projector=self.trainjob_projector
         )
+        self.gap = GapRebuilder(
+            self.journal,
+            client,
+            self.state.listed_edges,
+            page_size=config.list_page_size,
+            projector=self.trainjob_projector,
+            on_limit=on_limit,
+        )
         self.watermarks = LeaseWatermarks(config.identity)
         self.payload = LeasePayload(self.watermarks, self.state, on_limit=on_limit)
 
@@ -109,7 +119,10 @@ class HandOver:
         return self.state.runtime_info()
 
     def _waiting_rvs(self) -> dict[str, int]:
-        return self.state.waiting_rvs(per_namespace=self.config.per_namespace)
+        waiting = self.state.waiting_rvs(per_namespace=self.config.per_namespace)
+        for stream, rv in self.gap.holding.items():  # a gap being rebuilt: stay at its floor
+            waiting[stream] = min(rv, waiting.get(stream, rv))
+        return waiting
 
     def _settle_held_edges(self) -> None:
         self.settler.schedule()  # called only while leading, long after construction
@@ -118,17 +131,23 @@ class HandOver:
 
     def start_term(self, previous: LeaseRecord | None) -> tuple[Watermarks | int | None, int]:
         """A leader term starts, taking over from ``previous``: each term counts from zero (its series are
-        new to Prometheus, born at zero), replaying what was remembered above the floor. Returns the
-        floor and how many events were replayed."""
+        new to Prometheus, born at zero), replaying what was remembered above the floor, and rebuilding
+        what lies between the floor and where the journal begins, if it begins above (app/handover/gap.py).
+        Returns the floor and how many events were replayed."""
         floor = self.watermarks.takeover_floor(previous)
+        gaps = uncovered_streams(self.journal.remembered_from, floor) if self.journal.journal_size else {}
         self.metric_state.reset_counts()
         self.ledger.start_term()
-        return floor, self.journal.start_leading(floor)
+        replayed = self.journal.start_leading(floor)
+        if gaps:
+            self.gap.schedule(gaps)
+        return floor, replayed
 
     def stop_term(self) -> dict[str, int]:
         """The term ends: stop counting, marking what the scrapes have shown. Returns the served
         watermarks it ended at."""
         served = self.served_watermarks()
+        self.gap.cancel()
         self.journal.stop_leading(seen=served)
         return served
 
@@ -162,6 +181,7 @@ class HandOver:
 
     async def stop(self) -> None:
         await self.settler.stop()
+        await self.gap.stop()
 
     # --- the Lease -----------------------------------------------------------------------------------
 

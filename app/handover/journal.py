@@ -227,6 +227,11 @@ class CountJournal:
     def journal_size(self) -> int:
         return self._journal_size
 
+    def remembered_edges(self) -> set[tuple[type, str]]:
+        """(event type, uid) of every remembered event: the edges a take-over replays or skips from the
+        journal itself, which app/handover/gap.py must not rebuild again."""
+        return {(type(entry.event), entry.event.uid) for entry in self._journal}
+
     # --- TrainerSink -------------------------------------------------------------------------------
 
     def on_countable(self, event: CountableEvent) -> None:

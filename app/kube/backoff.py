@@ -11,6 +11,10 @@ import random
 import time
 from collections.abc import Callable
 
+# A delay is a uniform draw in [0, JITTER_FACTOR x step] (full jitter): never longer than the step, so never
+# longer than the cap.
+JITTER_FACTOR = 1.0
+
 
 class Backoff:
     def __init__(
@@ -48,7 +52,7 @@ class Backoff:
         self._last_failure = now
         step = self._step
         self._step = min(self.cap, step * self.factor)
-        return self._rng() * step
+        return self._rng() * step * JITTER_FACTOR
 
     def reset(self) -> None:
         self._step = self.base

@@ -42,6 +42,7 @@ class Limit(StrEnum):
     FAILURE_REASONS = "failure_reasons"  # well-formed failure reasons beyond the cap: "other"
     REQUESTED_QUANTITY = "requested_quantity"  # TrainJobs requesting above the ceilings: out of histograms
     HANDOVER_HISTORY = "handover_history"  # preempted jobs beyond what the Lease carries
+    HANDOVER_UNCOVERED = "handover_uncovered"  # take-overs whose journal began above the floor (gap.py)
     POD_SERIES = "pod_series"  # pods beyond pod_series_max_pods: no pod_info series
 
 

@@ -308,6 +308,15 @@ class TrainerState:
         """A copy of the current TrainJob counts by effective (namespace, runtime_ref, state)."""
         return self._refs.counts()
 
+    def listed_edges(self, job: TrainJobProjection, since: int) -> list[CountableEvent]:
+        """The created and, if it is terminal, finished edges of ``job`` as a LIST showed it, tagged
+        ``since`` (they happened after that rv): a take-over rebuilds with these the edges of jobs listed
+        before this replica's journal began (app/handover/gap.py). Nothing is emitted or recorded."""
+        edges: list[CountableEvent] = [self._events.created(job, since)]
+        if job.result:
+            edges.append(self._events.finished(job, since))
+        return edges
+
     def terminal_entries(
         self, limit: int, continue_token: str | None = None
     ) -> tuple[list[TerminalEntry], str | None]:

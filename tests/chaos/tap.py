@@ -11,6 +11,9 @@ tests/support/replica_instruments.py) it writes one JSON line per record to a pi
   or settled), with its kind, uid, rv and what it adds to each counter and histogram sample
   (``promql_visible.event_increments``): the counts of a term are the sum of its ``count`` records;
 * ``settle``: a held edge settled by the leader (counted, or found already counted);
+* ``shown``: a served render (a scrape's body) showed counts for the first time, as the served ledger
+  (app/handover/served.py) recorded them: ``rvs``, each the lowest rv its edge may have happened at (``rv``,
+  or ``since`` + 1 for an edge a relist found);
 * ``initial`` / ``relist`` of the TrainJob informer: its initial list's rv; the rv it held before a relist
   and the rv of the list (which edges it could not have seen);
 * ``status`` (``status_record``, sent by a replica process every 0.1 s): leading, ready, watching, the
@@ -83,6 +86,16 @@ def install_tap(service: Service, emit: Emit) -> None:
             emit({"k": "settle", "t": time.monotonic(), "count": count})
         orig_settle(event, count)
 
+    ledger = service.ledger
+
+    def served(now: float, released: list[Any]) -> None:
+        # Called after the ledger's own listener (registered when the service was built): the render at
+        # ``now`` appended what it showed first, if anything, as the newest entry of ``_rendered``.
+        rendered = ledger._rendered
+        if journal.leading and rendered and rendered[-1][0] == now:
+            emit({"k": "shown", "t": time.monotonic(), "rvs": [rv for _stream, rv in rendered[-1][1]]})
+
+    service.metric_state.add_served_listener(served)
     journal.start_leading = start  # type: ignore[method-assign]
     journal.stop_leading = stop  # type: ignore[method-assign]
     journal._count = counted  # type: ignore[method-assign]

@@ -28,6 +28,12 @@ def check(report: dict[str, Any], cfg: SoakConfig) -> list[str]:
         out.append(f"counts recorded outside any leader term: {report['counts_outside_terms']}")
     if report["doubles_unexplained"]:
         out.append(f"edges counted again for no documented cause: {report['doubles_by_cause']}")
+    if report["unexplained_suspects"]:
+        out.append(
+            f"{report['unexplained_suspects']} edges counted above the published watermark were neither "
+            f"counted again by the next leader nor shown by a served render: "
+            f"{report['unexplained_suspect_examples'][:3]}"
+        )
     if report["lease_watermark_decreases"]:
         out.append(f"Lease watermark went down: {report['lease_watermark_decreases'][:5]}")
     promql = report.get("promql") or {}

@@ -1,9 +1,15 @@
-"""What a soak run is given: its fault kinds and its configuration (``SoakConfig``, the command line's)."""
+"""What a soak run is given: its fault kinds and its configuration (``SoakConfig``, the command line's), and
+the waits and allowances derived from the product's own bounds (``Waits``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from app.handover.candidacy import warm_head_start
+from app.kube.backoff import JITTER_FACTOR as BACKOFF_JITTER
+from app.kube.elector_api import JITTER_FACTOR as ELECTOR_JITTER
+from app.kube.informer import InformerOptions
 
 FAULT_KINDS = (
     "stall_watches",
@@ -18,6 +24,16 @@ FAULT_KINDS = (
     "leader_kill",
     "leader_graceful_restart",
 )
+
+# An error episode (faults.py) fails the next 1 to MAX_INJECTED_FAILURES requests in a row, each 429/503/504
+# with a Retry-After drawn from INJECTED_RETRY_AFTER seconds.
+MAX_INJECTED_FAILURES = 4
+INJECTED_RETRY_AFTER = (1, 2)
+# The harness's own allowance for a loaded host, added once to each product bound below: the event loops of
+# the replicas, of the simulated cluster and of the soak are late by up to this much on two busy cores
+# (status records every 0.1 s, process start-up, a LIST of a few hundred TrainJobs). The only number here
+# that is not the product's.
+HOST_SLACK = 10.0
 
 
 @dataclass
@@ -89,4 +105,53 @@ def long_run_config(minutes: float, *, seed: int = SoakConfig.seed, processes: b
         warmup_seconds=min(60.0, max(25.0, minutes * 6)),
         processes=processes,
         replicas=4 if processes else 3,
+    )
+
+
+@dataclass(frozen=True)
+class Waits:
+    """How long the soak waits for what the product bounds, each derived in ``waits``."""
+
+    retry_delay: float  # the longest wait of an informer before it retries a failed request
+    ready_after_faults: float  # every replica ready again, from the last fault that failed its requests
+    step_down: float  # a leader that cannot renew has stopped leading
+    lease_expired: float  # the Lease of a leader that stopped renewing has expired for every replica
+    takeover: float  # a replica leads, from the moment the Lease expired or was released
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.__dict__.items()}
+
+
+def waits(cfg: SoakConfig, options: InformerOptions | None = None) -> Waits:
+    """The soak's waits, from the replicas' own bounds (their settings in ``cfg.service_overrides``, the
+    informers' backoff, the elector's jitter and the take-over deferral), plus ``HOST_SLACK`` once each.
+
+    * An informer retries a failed request after a draw of at most its backoff step (capped at
+      ``backoff_cap``, times the backoff's jitter factor: app/kube/backoff.py), or after the server's
+      Retry-After if longer (app/kube/reflector.py). An error episode fails up to ``MAX_INJECTED_FAILURES``
+      of its requests in a row, and a storm of episodes keeps its step at the cap (reset only after
+      ``backoff_reset`` without failures): it is ready again at most that many retries after the fault.
+    * A leader that cannot renew stops leading ``renew_deadline`` after the start of its last renew round,
+      which began at most a retry period before the failures did.
+    * Its Lease expires for a follower ``lease_duration`` after the follower last saw it change, which it
+      polls every 1 to 1 + elector jitter retry periods (app/kube/elector.py).
+    * A candidate takes a free Lease at its next attempt (the same poll), or, when its journal does not
+      cover the floor, ``warm_head_start`` later (app/handover/coverage.py), and one attempt that fails
+      (a 409 after another's write) costs one more poll.
+    """
+    options = options or InformerOptions()
+    o = cfg.service_overrides
+    lease, renew, retry = (
+        float(o["lease_duration_seconds"]),
+        float(o["renew_deadline_seconds"]),
+        float(o["retry_period_seconds"]),
+    )
+    poll = retry * (1.0 + ELECTOR_JITTER)
+    retry_delay = max(options.backoff_cap * BACKOFF_JITTER, float(max(INJECTED_RETRY_AFTER)))
+    return Waits(
+        retry_delay=retry_delay,
+        ready_after_faults=MAX_INJECTED_FAILURES * retry_delay + HOST_SLACK,
+        step_down=retry + renew + HOST_SLACK,
+        lease_expired=lease + poll,
+        takeover=2 * poll + warm_head_start(retry) + HOST_SLACK,
     )

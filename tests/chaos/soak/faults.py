@@ -9,8 +9,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from app.kube.informer import InformerOptions
-from tests.chaos.soak.config import FAULT_KINDS
+from tests.chaos.soak.config import (
+    FAULT_KINDS,
+    HOST_SLACK,
+    INJECTED_RETRY_AFTER,
+    MAX_INJECTED_FAILURES,
+    waits,
+)
 
 if TYPE_CHECKING:
     from tests.chaos.soak.runner import Soak
@@ -29,8 +34,10 @@ async def episode(soak: Soak, kind: str) -> dict[str, Any]:
         # one). So pending faults of earlier episodes are dropped (one could cut a stalled stream),
         # and every informer must be watching, not listing or backing off.
         f.clear()
-        # An informer can sit in a backoff of up to 30 s after a run of errors.
-        calm = await soak.wait_for(lambda: soak.all_ready() and soak.all_watching(), 30.0)
+        # An informer can sit in its backoff after a run of errors (``Waits.ready_after_faults``).
+        calm = await soak.wait_for(
+            lambda: soak.all_ready() and soak.all_watching(), waits(soak.cfg).ready_after_faults
+        )
         resource = rng.choice(("trainjobs", None))
         duration = soak.cfg.inactivity_timeout + rng.uniform(*soak.cfg.stall_extra)
         start = soak.t()
@@ -52,10 +59,10 @@ async def episode(soak: Soak, kind: str) -> dict[str, Any]:
         f.compact()
     elif kind.startswith(("throttle_", "error_")):
         status = int(kind.rsplit("_", 1)[1])
-        n = rng.randint(1, 4)
+        n = rng.randint(1, MAX_INJECTED_FAILURES)
         resource = rng.choice(watched)
         watch = rng.choice((None, True, False))
-        retry_after = rng.choice((1, 2)) if status in (429, 503, 504) else None
+        retry_after = rng.choice(INJECTED_RETRY_AFTER) if status in (429, 503, 504) else None
         f.fail_next(n, status=status, retry_after=retry_after, resource=resource, watch=watch)
         info.update(n=n, resource=resource, watch=watch, retry_after=retry_after)
     elif kind == "apiserver_restart":
@@ -73,7 +80,8 @@ async def episode(soak: Soak, kind: str) -> dict[str, Any]:
 async def leader_episode(soak: Soak, *, kill: bool) -> dict[str, Any]:
     info: dict[str, Any] = {}
     # A replica must have had time to observe the events the leader counted (see journal.py limits).
-    await soak.wait_for(lambda: soak.leader() is not None and soak.all_ready(), 15.0)
+    w = waits(soak.cfg)
+    await soak.wait_for(lambda: soak.leader() is not None and soak.all_ready(), w.ready_after_faults)
     leader = soak.leader()
     if leader is None:
         soak.problems.append(f"{soak.t()}: no single leader before a leader fault")
@@ -98,11 +106,14 @@ async def leader_episode(soak: Soak, *, kill: bool) -> dict[str, Any]:
     # not replay what happened before its initial list (journal.py, limits; see docs/reliability.md).
     if not soak.cfg.replace_after_takeover:
         info["replacement"] = await soak.start_replica(None if kill else leader)
-    took_over = await soak.wait_for(lambda: soak.leader() is not None, 20.0)
+    # A killed leader's Lease expires, then a candidate takes it (a graceful one released it already).
+    took_over = await soak.wait_for(lambda: soak.leader() is not None, w.lease_expired + w.takeover)
     info["takeover_s"] = round(soak.t() - gone, 2) if took_over else None
     info["new_leader"] = soak.leader()
     if not took_over:
-        soak.problems.append(f"{soak.t()}: no takeover within 20 s after {leader} went away")
+        soak.problems.append(
+            f"{soak.t()}: no takeover within {w.lease_expired + w.takeover:g} s after {leader} went away"
+        )
     if soak.cfg.replace_after_takeover:
         info["replacement"] = await soak.start_replica(None if kill else leader)
     return info
@@ -110,36 +121,37 @@ async def leader_episode(soak: Soak, *, kill: bool) -> dict[str, Any]:
 
 async def demote(soak: Soak, leader: str) -> str | None:
     """The leader cannot renew: every Lease update fails (503) until it has stopped leading (its renew
-    deadline) and the Lease has expired for every replica (its duration after the last renew, and a
-    retry period), so that the replicas race for it on equal terms (the old holder would otherwise
-    renew at once). Returns the new leader, which may be the same replica."""
+    deadline) and the Lease has expired for every replica (its duration after the last change each saw),
+    so that the replicas race for it on equal terms (the old holder would otherwise renew at once).
+    Returns the new leader, which may be the same replica. Every wait is ``Waits``' (config.py)."""
     faults = soak.sim.faults
-    overrides = soak.cfg.service_overrides
+    w = waits(soak.cfg)
     faults.fail_next(1_000_000, status=503, retry_after=None, resource="leases", method="PUT")
     failure = faults._failures[-1]
     since = time.monotonic()
-    expired = since + float(overrides["lease_duration_seconds"]) + float(overrides["retry_period_seconds"])
+    expired = since + w.lease_expired
     try:
-        stepped_down = await soak.wait_for(lambda: not soak.live[leader].leading(), 15.0)
-        await soak.wait_for(lambda: time.monotonic() >= expired, 15.0)
+        stepped_down = await soak.wait_for(lambda: not soak.live[leader].leading(), w.step_down)
+        await soak.wait_for(lambda: time.monotonic() >= expired, w.lease_expired + HOST_SLACK)
     finally:
         with contextlib.suppress(ValueError):
             faults._failures.remove(failure)
     soak.demotions += 1
     if not stepped_down:
-        soak.problems.append(f"{soak.t()}: {leader} still led 15 s after its Lease updates began to fail")
+        soak.problems.append(
+            f"{soak.t()}: {leader} still led {w.step_down:g} s after its Lease updates began to fail"
+        )
         return None
-    if not await soak.wait_for(lambda: soak.leader() is not None, 20.0):
-        soak.problems.append(f"{soak.t()}: no single leader 20 s after {leader} was demoted")
+    if not await soak.wait_for(lambda: soak.leader() is not None, w.takeover):
+        soak.problems.append(f"{soak.t()}: no single leader {w.takeover:g} s after {leader} was demoted")
         return None
-    # Every replica ready before the next fault. A replica whose relist failed in an earlier episode
-    # retries after a draw of up to its backoff step, which the storm has grown to the cap (client-go's
-    # shape: 30 s, reset only after 2 quiet minutes): not ready that long is correct, not a fault.
-    ready_within = InformerOptions().backoff_cap + 15.0
-    if not await soak.wait_for(soak.all_ready, ready_within):
+    # Every replica ready before the next fault. A replica whose list failed in an earlier episode retries
+    # after a draw of up to its backoff step, which the storm has grown to the cap: not ready that long, for
+    # each failure an episode injected in a row, is correct, not a fault (``Waits.ready_after_faults``).
+    if not await soak.wait_for(soak.all_ready, w.ready_after_faults):
         not_ready = sorted(identity for identity, e in soak.live.items() if not e.ready())
         soak.problems.append(
-            f"{soak.t()}: {ready_within:g} s after {leader} was demoted and {soak.leader()} led: "
+            f"{soak.t()}: {w.ready_after_faults:g} s after {leader} was demoted and {soak.leader()} led: "
             f"not ready {not_ready}"
         )
         return None

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubesim.trainer.kinds import TRAINJOBS
 from tests.chaos.memory import plot as plot_memory
+from tests.chaos.soak.config import waits
 from tests.chaos.soak.doubles import DOCUMENTED_DOUBLES
 from tests.chaos.soak.ledger import (
     ACCEL_COUNT,
@@ -64,6 +65,7 @@ def build_report(
     lifecycles = sum(finished.values())
     return {
         "config": {k: v for k, v in asdict(cfg).items()},
+        "waits": waits(cfg).as_dict(),
         "fault_seconds": round(fault_seconds, 1),
         "settle_seconds": round(settle_seconds, 1),
         "generator_steps": steps,
@@ -133,6 +135,9 @@ def build_report(
         "promql_invariants": promql_invariants(soak, ordered),
         "at_risk_not_recounted": len(terms.not_recounted),
         "at_risk_not_recounted_examples": terms.not_recounted[:50],
+        "suspects_by_class": dict(Counter(s["class"] for s in terms.not_recounted)),
+        "unexplained_suspects": sum(1 for s in terms.not_recounted if s["class"] == "lost"),
+        "unexplained_suspect_examples": [s for s in terms.not_recounted if s["class"] == "lost"][:20],
         "counts_outside_terms": soak.recorder.outside_terms,
         "lease_writes": soak.lease_writes,
         "lease_watermark_decreases": soak.watermark_decreases,
@@ -225,9 +230,11 @@ def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
             }
         )
         # Edges the old term counted above the watermark it published and above the next term's floor that
-        # no leader counted again: the next leader should have replayed them (its journal had them at a
-        # lower rv, or not at all). If no scrape had shown them before the old term ended, PromQL never
-        # sees them: the suspects of an edge PromQL lost while the leaders' own counts lost none.
+        # no leader counted again (the suspects): the next leader should have replayed them, from its
+        # journal or, when its journal began above the floor, rebuilt from the TrainJobs listed at both
+        # (app/handover/gap.py). Each is classified: "shown" when a served render of the old term showed
+        # its count (the served ledger's record: PromQL has it), else "lost" (PromQL never sees it):
+        # unexplained. The replayed ones (counted again) are not suspects: the crash bound's doubles.
         for rv, kind, uid, since in prev.at_risk_edges if prev.how != "graceful" else ():
             if rv > floor and soak.recorder.times_counted[(kind, uid)] == 1:
                 not_recounted.append(
@@ -241,6 +248,8 @@ def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
                         "stopped": prev.stopped,
                         "published_at_stop": prev.published_at_stop,
                         "next_floor": term.floor,
+                        "to": term.identity,
+                        "class": "shown" if prev.was_shown(rv, since) else "lost",
                     }
                 )
     # The second documented bound: an edge a follower's relist surfaced with a newer rv than the edge,

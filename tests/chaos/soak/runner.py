@@ -183,6 +183,8 @@ class Soak:
             self.recorder.stop(identity, record["t"], record["wall"])
         elif kind == "settle":
             self.doubles.settle(record["count"])
+        elif kind == "shown":
+            self.recorder.shown(identity, record)
         elif kind in ("initial", "relist"):
             span.record(record)
 

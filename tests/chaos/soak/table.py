@@ -37,6 +37,10 @@ def render_table(report: dict[str, Any]) -> str:
         )
     row("edges counted again, by cause", json.dumps(report["doubles_by_cause"]))
     row("at-risk edges not replayed (suspects)", report["at_risk_not_recounted"])
+    row(
+        "  suspects by class / unexplained",
+        f"{json.dumps(report['suspects_by_class'])} / {report['unexplained_suspects']}",
+    )
     row("uncertain edges settled at the floor", json.dumps(report["uncertain_settled"]))
     p = report.get("promql") or {}
     if p.get("checked"):

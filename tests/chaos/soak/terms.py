@@ -31,6 +31,9 @@ class Term:
     at_risk: list[tuple[int, Series]] = field(default_factory=list)
     # The same events, with what names them: (rv, kind, uid, since), for ``at_risk_not_recounted``.
     at_risk_edges: list[tuple[int, str, str, int]] = field(default_factory=list)
+    # The lowest rv each count shown by a served render may have happened at (the served ledger's record,
+    # tests/chaos/tap.py ``shown``), kept for as long as an at-risk edge may need it.
+    shown: set[int] = field(default_factory=set)
 
     @property
     def final_watermark(self) -> int | None:
@@ -52,6 +55,22 @@ class Term:
         if self.at_risk and min(rv for rv, _ in self.at_risk) <= watermark:
             self.at_risk = [(rv, s) for rv, s in self.at_risk if rv > watermark]
             self.at_risk_edges = [e for e in self.at_risk_edges if e[0] > watermark]
+        if self.shown:  # what no at-risk edge can be named by any more (an edge is shown after its count)
+            lowest = min((shown_key(rv, since) for rv, _k, _u, since in self.at_risk_edges), default=None)
+            if lowest is None:
+                self.shown.clear()
+            elif min(self.shown) < lowest:
+                self.shown = {k for k in self.shown if k >= lowest}
+
+    def was_shown(self, rv: int, since: int) -> bool:
+        """A served render of this term showed the count of the edge counted at ``rv`` (``since``: 0, or
+        the rv its informer held before the relist that found it)."""
+        return shown_key(rv, since) in self.shown
+
+
+def shown_key(rv: int, since: int) -> int:
+    """How the served ledger names a counted edge: the lowest rv it may have happened at."""
+    return since + 1 if since else rv
 
 
 class Recorder:
@@ -86,6 +105,11 @@ class Recorder:
         term.count(record["rv"], series, edge)
         if edge is not None:
             self.times_counted[(kind, record["uid"])] += 1
+
+    def shown(self, identity: str, record: Record) -> None:
+        term = self.open.get(identity)
+        if term is not None:
+            term.shown.update(record["rvs"])
 
     def stop(self, identity: str, t: float, wall: float) -> None:
         """The term of ``identity`` ended at ``t`` (its ``term_stop``, or the kill of its process)."""
