@@ -78,6 +78,25 @@ def clone_jobs(store: Store, copies: int) -> int:
     return made
 
 
+def write_pods(store: Store, count: int) -> dict[str, Any]:
+    """``count`` pods of the TrainJobs (not the probe's) written into ``store`` and serialized once, then
+    frozen out of the cyclic GC's way as the rest of the cluster: how many, the seconds it took, their JSON
+    sizes."""
+    t = time.monotonic()
+    trainjobs = [e.obj for e in store.entries(TRAINJOBS, None) if e.key[0] != PROBE_NS]
+    made = pods.write_pods(store, trainjobs, count)
+    sizes = sorted(len(entry.raw) for entry in store.entries(PODS, None))
+    gc.collect()
+    gc.freeze()
+    return {
+        "pods": made,
+        "seconds": round(time.monotonic() - t, 2),
+        "pod_bytes_median": sizes[len(sizes) // 2] if sizes else 0,
+        "pod_bytes_min": sizes[0] if sizes else 0,
+        "pod_bytes_max": sizes[-1] if sizes else 0,
+    }
+
+
 def _probe_status(running: bool) -> dict[str, Any]:
     return {
         "conditions": [],
@@ -146,21 +165,7 @@ async def serve(args: argparse.Namespace) -> None:
         )
 
     async def add_pods(request: web.Request) -> web.StreamResponse:
-        t = time.monotonic()
-        trainjobs = [e.obj for e in store.entries(TRAINJOBS, None) if e.key[0] != PROBE_NS]
-        made = pods.write_pods(store, trainjobs, int(request.query.get("count", "0")))
-        sizes = sorted(len(entry.raw) for entry in store.entries(PODS, None))  # serialized once, now
-        gc.collect()
-        gc.freeze()
-        return web.json_response(
-            {
-                "pods": made,
-                "seconds": round(time.monotonic() - t, 2),
-                "pod_bytes_median": sizes[len(sizes) // 2] if sizes else 0,
-                "pod_bytes_min": sizes[0] if sizes else 0,
-                "pod_bytes_max": sizes[-1] if sizes else 0,
-            }
-        )
+        return web.json_response(write_pods(store, int(request.query.get("count", "0"))))
 
     cluster = SimulatedCluster(args.host, args.port, store=store, bookmark_interval=args.bookmark_interval)
     cluster.server.add_route("POST", "/bench/rate", rate)

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from app.trainer import rules
 from app.trainer.pods import PodProjector
-from bench import pod_ingest, pods, replay
+from bench import pod_ingest, pods, replay, simproc
 from bench.scenarios import _CountingHandler, _pipeline
 from kubesim.apiserver.core import PODS
 from kubesim.apiserver.http.kubeconfig import write_kubeconfig
@@ -59,6 +59,13 @@ def test_written_pods_are_realistic_jobset_pods_of_their_trainjobs() -> None:
         assert managers == {"kube-controller-manager", "kubelet"}
     # more pods than the TrainJobs' nodes: further rounds of child Jobs, never a name twice
     assert pods.write_pods(trainer_store(history_window=0), trainjobs[:2], 40) == 40
+
+
+def test_the_simulator_adds_pods_to_its_trainjobs_on_request() -> None:
+    store, _ = _trainjobs(10)
+    added = simproc.write_pods(store, 25)
+    assert added["pods"] == 25 == store.count(PODS)
+    assert 5_000 <= added["pod_bytes_min"] <= added["pod_bytes_median"] <= added["pod_bytes_max"] <= 20_000
 
 
 def _replay_args(**kw: Any) -> argparse.Namespace:
