@@ -15,6 +15,11 @@ Endpoints (cluster-wide and per-namespace paths of the three Trainer kinds):
 - TrainJob LIST: the jobs in their first variant; WATCH: ``--events`` MODIFIED lines (then a clean end of
   stream) or, with ``--forever``, an endless stream (optionally paced with ``--rate``);
 - runtimes LIST: the real runtimes; their WATCH stays open and idle;
+- with ``--pods N``: pods (cluster-wide and per-namespace paths; the label selector is not applied, every pod
+  has the JobSet label): N realistic pods of the TrainJobs (bench/pods.py, 10-18 KB each), LIST in their
+  first variant and WATCH as for the TrainJobs, each pod cycling through four status writes: bound and
+  pulling its image, running, running with its conditions rewritten (nothing the pods watch reads changes),
+  succeeded. Without it the pods paths answer 404, as before (P5's service then has no pods watch);
 - ``POST /bench/pause`` and ``POST /bench/resume``: hold every TrainJob watch stream (no byte is sent, the
   connections stay open) and let it go on; a watch that connects while paused holds before its first event.
   P5 measures the service idle (synced, stream held) and then under the firehose, in one process;
@@ -36,7 +41,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from bench import pods
+from kubesim.apiserver.core import PODS
 from kubesim.apiserver.http.kubeconfig import write_kubeconfig
+from kubesim.apiserver.storage.store import Store
 from kubesim.trainer import controller, jobset
 from kubesim.trainer.cluster import trainer_store
 from kubesim.trainer.generator import WorkloadGenerator
@@ -46,7 +54,52 @@ _RV_MARK = "__RV_MARK__"
 _BATCH_BYTES = 256 * 1024
 
 
-def build_events(jobs: int, seed: int = 7) -> tuple[list[tuple[bytes, bytes]], list[bytes], list[bytes]]:
+Template = tuple[bytes, bytes]  # a watch line's bytes before and after its resourceVersion
+
+
+def _template(obj: dict[str, Any]) -> Template:
+    marked = dict(obj, metadata=dict(obj["metadata"], resourceVersion=_RV_MARK))
+    prefix, _, suffix = orjson.dumps(marked).partition(b'"' + _RV_MARK.encode() + b'"')
+    return b'{"type":"MODIFIED","object":' + prefix + b'"', b'"' + suffix + b"}\n"
+
+
+def build_pod_events(
+    store: Store, trainjobs: list[dict[str, Any]], count: int
+) -> tuple[list[Template], list[bytes]]:
+    """(event templates, list items) of ``count`` pods of ``trainjobs`` written into ``store``: created
+    bound to a node, then four status writes per pod (bench/pods.py); the stream goes through the pods
+    variant by variant, as it does the TrainJobs."""
+    variants: list[list[Template]] = []
+    items: list[bytes] = []
+    for spot, _ in pods.spots(trainjobs, count):
+        obj = pods.pod_object(spot, gpus=8)
+        obj["spec"]["nodeName"] = spot.node
+        store.create(PODS, spot.namespace, obj, field_manager="kube-controller-manager", copy=False)
+        running = pods.pod_status(spot, pods.RUNNING)
+        rewritten = dict(
+            running, conditions=[dict(c, lastProbeTime=pods.LATER) for c in running["conditions"]]
+        )
+        own: list[Template] = []
+        for i, status in enumerate(
+            (pods.pod_status(spot, pods.PENDING), running, rewritten, pods.pod_status(spot, pods.SUCCEEDED))
+        ):
+            written = store.patch(
+                PODS,
+                spot.namespace,
+                spot.name,
+                {"status": status},
+                subresource="status",
+                field_manager="kubelet",
+                copy=False,
+            )
+            if i == 0:
+                items.append(orjson.dumps(written))
+            own.append(_template(written))
+        variants.append(own)
+    return [own[v] for v in range(4) for own in variants], items
+
+
+def build_events(jobs: int, seed: int = 7) -> tuple[list[Template], list[bytes], list[bytes]]:
     """(event templates as (prefix, suffix) around the resourceVersion, job list items, runtime items)."""
     gen_store = trainer_store()
     gen = WorkloadGenerator(gen_store, seed=seed, namespaces=20, max_jobs=jobs)
@@ -133,10 +186,17 @@ def build_events(jobs: int, seed: int = 7) -> tuple[list[tuple[bytes, bytes]], l
 class Replay:
     def __init__(self, args: argparse.Namespace) -> None:
         self.templates, self.items, self.runtimes = build_events(args.jobs, args.seed)
+        self.pod_templates: list[Template] = []
+        self.pod_items: list[bytes] = []
+        if args.pods:
+            trainjobs = [orjson.loads(item) for item in self.items]
+            self.pod_templates, self.pod_items = build_pod_events(
+                trainer_store(history_window=0), trainjobs, args.pods
+            )
         self.events = args.events
         self.forever = args.forever
         self.rate = args.rate
-        self.rv = len(self.items) + len(self.runtimes) + 10
+        self.rv = len(self.items) + len(self.pod_items) + len(self.runtimes) + 10
         self.list_rv = self.rv
         self.sent = 0
         # Set while the streams may flow; cleared by POST /bench/pause (created here: one loop serves all).
@@ -149,12 +209,16 @@ class Replay:
         self.app.router.add_get("/{tail:.*}", self.handle)
 
     def sizes(self) -> dict[str, float]:
-        lengths = [len(p) + len(s) + 6 for p, s in self.templates]
-        return {
-            "line_bytes_median": statistics.median(lengths),
-            "line_bytes_min": min(lengths),
-            "line_bytes_max": max(lengths),
-        }
+        out: dict[str, float] = {}
+        for prefix, templates in (("line_bytes", self.templates), ("pod_line_bytes", self.pod_templates)):
+            lengths = [len(p) + len(s) + 6 for p, s in templates]
+            if lengths:
+                out |= {
+                    f"{prefix}_median": statistics.median(lengths),
+                    f"{prefix}_min": min(lengths),
+                    f"{prefix}_max": max(lengths),
+                }
+        return out
 
     async def stats(self, request: web.Request) -> web.StreamResponse:
         return web.json_response({"sent": self.sent, "rv": self.rv, "paused": not self.flowing.is_set()})
@@ -174,8 +238,12 @@ class Replay:
         watch = request.query.get("watch", "").lower() in ("1", "true")
         if path.endswith("/trainjobs"):
             if watch:
-                return await self._stream(request)
+                return await self._stream(request, self.templates)
             return self._list("TrainJobList", self.items)
+        if path.endswith("/pods") and self.pod_templates:
+            if watch:
+                return await self._stream(request, self.pod_templates)
+            return self._list("PodList", self.pod_items, api_version="v1")
         if path.endswith("/clustertrainingruntimes") or path.endswith("/trainingruntimes"):
             kind = "ClusterTrainingRuntimeList" if "cluster" in path else "TrainingRuntimeList"
             if watch:
@@ -184,9 +252,11 @@ class Replay:
             return self._list(kind, [r for r in self.runtimes if wanted in r])
         return web.json_response({"kind": "Status", "code": 404, "reason": "NotFound"}, status=404)
 
-    def _list(self, kind: str, items: list[bytes]) -> web.Response:
+    def _list(
+        self, kind: str, items: list[bytes], *, api_version: str = "trainer.kubeflow.org/v1alpha1"
+    ) -> web.Response:
         body = (
-            b'{"kind":"' + kind.encode() + b'","apiVersion":"trainer.kubeflow.org/v1alpha1","metadata":'
+            b'{"kind":"' + kind.encode() + b'","apiVersion":"' + api_version.encode() + b'","metadata":'
             b'{"resourceVersion":"' + str(self.list_rv).encode() + b'"},"items":[' + b",".join(items) + b"]}"
         )
         return web.Response(body=body, content_type="application/json")
@@ -197,11 +267,10 @@ class Replay:
         await asyncio.sleep(3600)
         return resp
 
-    async def _stream(self, request: web.Request) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, templates: list[Template]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        templates = self.templates
         n_templates = len(templates)
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -248,7 +317,16 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     sys.stdout.write(
-        json.dumps({"ready": True, "url": url, "jobs": len(replay.items), **replay.sizes()}) + "\n"
+        json.dumps(
+            {
+                "ready": True,
+                "url": url,
+                "jobs": len(replay.items),
+                "pods": len(replay.pod_items),
+                **replay.sizes(),
+            }
+        )
+        + "\n"
     )
     sys.stdout.flush()
     await stop.wait()
@@ -264,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--forever", action="store_true", help="stream without end")
     p.add_argument("--rate", type=float, default=0.0, help="events/s (0 = as fast as possible)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--pods", type=int, default=0, help="pods of the TrainJobs to serve (0: no pods)")
     asyncio.run(serve(p.parse_args(argv)))
 
 

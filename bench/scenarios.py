@@ -21,6 +21,7 @@ import orjson
 if TYPE_CHECKING:  # app is imported where used, after the scenario's logging is set up
     from app.kube.lines import Line
 
+from bench import pod_ingest
 from bench.common import (
     PYTHON,
     STALL_EDGES_MS,
@@ -67,12 +68,39 @@ class Sizes:
     fresh_probes: int
     fresh_rate: float
     mid_clone: int  # big_base x mid_clone = the sweep's middle cluster (10k in full mode), for --plot
+    p1_pods: int  # pods of the replay's TrainJobs (bench/replay.py --pods): P1's pods stream
+    p1_pod_events: int
+    p1_pod_baseline_events: int
+    # Pods written into the big cluster for P3 and P4 with pods: half as many as its TrainJobs (the sim
+    # holds ~110 KB of Python objects per 14 KB pod: 50,000 pods are ~5.5 GB and ~45 s to write).
+    big_pods: int
 
     @classmethod
     def make(cls, quick: bool) -> Sizes:
         if quick:
-            return cls(True, 1, 8_000, 2_000, 500, 2.0, 200, 10, 200, 30, 2.0, 20, 200.0, 3)
-        return cls(False, 5, 60_000, 15_000, 2_000, 8.0, 1_000, 100, 1_000, 300, 12.0, 200, 1000.0, 10)
+            return cls(
+                True, 1, 8_000, 2_000, 500, 2.0, 200, 10, 200, 30, 2.0, 20, 200.0, 3, 300, 2_000, 300, 2_000
+            )
+        return cls(
+            False,
+            5,
+            60_000,
+            15_000,
+            2_000,
+            8.0,
+            1_000,
+            100,
+            1_000,
+            300,
+            12.0,
+            200,
+            1000.0,
+            10,
+            2_000,
+            20_000,
+            3_000,
+            50_000,
+        )
 
 
 @dataclass
@@ -383,9 +411,15 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
     # logs once each: the progress lines would drown. The service processes of the other steps still log.
     logging.getLogger("app.trainer.state").setLevel(logging.ERROR)
     kubeconfig = str(work / "replay.kubeconfig")
-    events = max(sizes.p1_events, sizes.p1_baseline_events) + 10
-    replay, info = start_replay(work, kubeconfig, "p1-replay", sizes.p1_jobs, "--events", str(events))
+    events = max(sizes.p1_events, sizes.p1_baseline_events, sizes.p1_pod_events) + 10
+    replay, info = start_replay(
+        work, kubeconfig, "p1-replay", sizes.p1_jobs, "--events", str(events), "--pods", str(sizes.p1_pods)
+    )
     res.notes["p1_lines"] = {k: v for k, v in info.items() if k.startswith("line_bytes")}
+    res.notes["p1_pod_lines"] = {
+        "pods": info["pods"],
+        **{k: v for k, v in info.items() if k.startswith("pod_line_bytes")},
+    }
     try:
         for _ in range(sizes.reps):
             lines = asyncio.run(_fetch_lines(info["url"], sizes.p1_events))
@@ -401,6 +435,24 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
                 socket_before + asyncio.run(_socket_orjson_rate(kubeconfig, sizes.p1_events))
             ) / 2
             baseline = asyncio.run(_baseline_rate(kubeconfig, sizes.p1_baseline_events))
+            # The pods watch on the replay's pods stream, then kubernetes-asyncio's Watch on the same stream,
+            # each into a pod series that knows the replay's TrainJobs (bench/pod_ingest.py).
+            pods_live = asyncio.run(
+                pod_ingest.informer_rate(
+                    kubeconfig,
+                    sizes.p1_pod_events,
+                    pod_ingest.pod_series(_pipeline, lists[2]),
+                    _CountingHandler,
+                )
+            )
+            pods_baseline = asyncio.run(
+                pod_ingest.baseline_rate(
+                    kubeconfig, sizes.p1_pod_baseline_events, pod_ingest.pod_series(_pipeline, lists[2])
+                )
+            )
+            res.fig("p1_pods_informer_rate").add(pods_live)
+            res.fig("p1_pods_baseline_rate").add(pods_baseline)
+            res.fig("p1_pods_vs_baseline").add(pods_live / pods_baseline)
             # P9: the same ingest without what PromQL-exact counting adds. This host's speed drifts by tens
             # of percent within seconds, so the two are run in alternation (a third of P1's events each)
             # and each "without" is compared with the mean of the "with" runs around it.
@@ -651,8 +703,57 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
             p99_om="p4_om_p99",
         )
         per_trainjob_at_scale(sizes, work, res, kubeconfig=infob["kubeconfig"], jobs=jobs, settle=settle)
+        # Last: the pods stay in the big cluster once written.
+        pods_at_scale(sizes, work, res, sim=infob, settle=settle)
     finally:
         simb.stop()
+
+
+_POD_SERIES_PODS = re.compile(rb"^trainer_metrics_pod_series_pods\{[^}]*\} (\S+)$", re.M)
+
+
+async def _wait_pods_synced(base: str, pods: int, timeout: float) -> float:
+    """Poll ``/metrics`` until the pod series hold ``pods`` pods (readiness does not wait for the pods watch,
+    app/replica/pods.py); returns the seconds waited."""
+    t0 = time.monotonic()
+    seen = 0.0
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() - t0 < timeout:
+            async with session.get(base + "/metrics") as resp:
+                seen = sum(float(v) for v in _POD_SERIES_PODS.findall(await resp.read()))
+            if seen >= pods:
+                return time.monotonic() - t0
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"the pods watch holds {seen:.0f} of {pods} pods after {timeout} s")
+
+
+def pods_at_scale(sizes: Sizes, work: Path, res: Results, *, sim: dict[str, Any], settle: float) -> None:
+    """P3 and P4 again at the big cluster with its TrainJobs' pods present and the pods watch on (the
+    service's default; without pods it watched none): ``sizes.big_pods`` realistic pods (bench/pods.py,
+    10-18 KB of JSON each) written into the sim's store. P3's way per pod: (RSS after the pods synced -
+    P3's RSS at the big cluster without pods) ÷ pods, what each watched pod costs in the informer's cache
+    and the series."""
+    added = asyncio.run(_post(sim["url"] + f"/bench/pods?count={sizes.big_pods}"))
+    res.notes["big_cluster_pods"] = added
+    pods = int(added["pods"])
+    for rep in range(sizes.reps):
+        service, base, _ = _ready_service(sim["kubeconfig"], work, f"svc-big-pods-{rep}")
+        try:
+            res.fig("p2_pods_synced_seconds").add(asyncio.run(_wait_pods_synced(base, pods, 600)))
+            time.sleep(settle)
+            rss = rss_bytes(service.pid)
+            res.fig("p3_rss_big_pods").add(rss)
+            res.fig("p3_bytes_per_pod").add((rss - res.fig("p3_rss_big").median) / pods)
+            body = asyncio.run(_body(base))
+            res.notes["p4_pods_pod_info_series"] = body.count(b"\nkubeflow_trainer_trainjob_pod_info{")
+            res.notes["p4_pods_body_bytes"] = len(body)
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_TEXT))
+            res.fig("p4_pods_p50").add(percentile(lat, 50))
+            res.fig("p4_pods_p99").add(percentile(lat, 99))
+            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_DEFAULT))
+            res.fig("p4_pods_om_p99").add(percentile(lat, 99))
+        finally:
+            service.stop()
 
 
 def per_trainjob_at_scale(

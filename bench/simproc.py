@@ -8,6 +8,10 @@ measurement never pays for the sim's own warm-up.
 
 Bench-only control routes (added through ``SimServer.add_route``):
 - ``POST /bench/rate?rate=R``: run the generator at R steps/s in the background (0 stops it);
+- ``POST /bench/pods?count=N``: write N realistic pods of the TrainJobs into the store (bench/pods.py: bound
+  to nodes, in their TrainJob's phase, 10-18 KB of JSON each), serialized once like the rest; answers how
+  many, the seconds it took and their JSON sizes. P3 and P4 with pods (bench/scenarios.py) add them to the
+  big cluster after its measurements without pods;
 - ``POST /bench/probe``: flip the probe TrainJob (namespace ``bench-probe``) between running and pending
   with one status write; answers the new state and ``time.monotonic()`` right after the commit.
 """
@@ -25,6 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
+from bench import pods
+from kubesim.apiserver.core import PODS
 from kubesim.apiserver.storage.store import Store
 from kubesim.trainer import jobset
 from kubesim.trainer.cluster import SimulatedCluster, trainer_store
@@ -70,6 +76,25 @@ def clone_jobs(store: Store, copies: int) -> int:
                 )
             made += 1
     return made
+
+
+def write_pods(store: Store, count: int) -> dict[str, Any]:
+    """``count`` pods of the TrainJobs (not the probe's) written into ``store`` and serialized once, then
+    frozen out of the cyclic GC's way as the rest of the cluster: how many, the seconds it took, their JSON
+    sizes."""
+    t = time.monotonic()
+    trainjobs = [e.obj for e in store.entries(TRAINJOBS, None) if e.key[0] != PROBE_NS]
+    made = pods.write_pods(store, trainjobs, count)
+    sizes = sorted(len(entry.raw) for entry in store.entries(PODS, None))
+    gc.collect()
+    gc.freeze()
+    return {
+        "pods": made,
+        "seconds": round(time.monotonic() - t, 2),
+        "pod_bytes_median": sizes[len(sizes) // 2] if sizes else 0,
+        "pod_bytes_min": sizes[0] if sizes else 0,
+        "pod_bytes_max": sizes[-1] if sizes else 0,
+    }
 
 
 def _probe_status(running: bool) -> dict[str, Any]:
@@ -139,9 +164,13 @@ async def serve(args: argparse.Namespace) -> None:
             {"t": committed, "state": "running" if running else "pending", "rv": store.resource_version}
         )
 
+    async def add_pods(request: web.Request) -> web.StreamResponse:
+        return web.json_response(write_pods(store, int(request.query.get("count", "0"))))
+
     cluster = SimulatedCluster(args.host, args.port, store=store, bookmark_interval=args.bookmark_interval)
     cluster.server.add_route("POST", "/bench/rate", rate)
     cluster.server.add_route("POST", "/bench/probe", probe)
+    cluster.server.add_route("POST", "/bench/pods", add_pods)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -80,3 +80,26 @@ def test_plots_are_linked_by_their_path_from_the_report(tmp_path: Path) -> None:
     plot = tmp_path / "img" / "bench-memory.png"
     md, _, _ = report.write(p1_results(40_000, 50_000, 80_000, 5_000), tmp_path, META, [plot])
     assert "\n![bench-memory](img/bench-memory.png)\n" in md.read_text(encoding="utf-8")
+
+
+def test_the_pods_rows_are_in_the_table_and_the_json_with_their_targets(tmp_path: Path) -> None:
+    res = Results()
+    res.fig("p1_pods_vs_baseline").add(7.5)
+    res.fig("p3_bytes_per_pod").add(420.0)  # above 400 B: a miss
+    res.fig("p4_pods_p99").add(0.004)  # seconds, shown in ms
+    res.fig("p4_pods_om_p99").add(0.003)
+    md, js, misses = report.write(res, tmp_path, META)
+    table = md.read_text(encoding="utf-8")
+    assert "| P1 | pods watch ingest ÷ kubernetes-asyncio Watch, same pods stream | 7.50 |" in table
+    assert "| P3 | pods present: (RSS with pods - RSS big) per watched pod | 420 |" in table
+    assert (
+        "| P4 | pods present, pods watch on: `/metrics` p99, text 0.0.4 + gzip, big cluster | 4.00 |" in table
+    )
+    targets = json.loads(js.read_text())["targets"]
+    assert {k: (t["op"], t["target"], t["result"]) for k, t in targets.items()} == {
+        "p1_pods_vs_baseline": (">=", 6.0, "pass"),
+        "p3_bytes_per_pod": ("<=", 400, "miss"),
+        "p4_pods_p99": ("<=", 10.0, "pass"),
+        "p4_pods_om_p99": ("<=", 10.0, "pass"),
+    }
+    assert misses == ["P3 pods present: (RSS with pods - RSS big) per watched pod"]
