@@ -37,7 +37,7 @@ from prometheus_client.metrics_core import Metric
 from app.metrics.per_job import ValueGaugeFamily
 from app.trainer import rules
 from app.trainer.event_builder import MAX_ACCELERATOR_CLASSES, OTHER_ACCELERATOR_CLASS
-from app.trainer.pods import PodProjection
+from app.trainer.pods import PodProjection, pod_join_changed
 from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
 
 __all__ = ["POD_STATUSES", "PodJobHandler", "PodSeries", "PodSeriesHandler", "PodSeriesTelemetry"]
@@ -172,7 +172,7 @@ class PodSeries:
             self._changed()
 
     def job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
-        if old.runtime_ref != new.runtime_ref or old.created != new.created or old.uid_key != new.uid_key:
+        if pod_join_changed(old, new):
             self.job_deleted(old)
             self.job_added(new)
 

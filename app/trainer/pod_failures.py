@@ -39,7 +39,7 @@ from typing import Final, NamedTuple
 from app.trainer import rules
 from app.trainer.event_builder import FAILURE_REASONS_LIMIT, MAX_FAILURE_REASONS, rv_int
 from app.trainer.events import PodFailed, TrainerSink
-from app.trainer.pods import PodProjection
+from app.trainer.pods import PodProjection, pod_join_changed
 from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
 
 __all__ = ["MAX_TOMBS", "PodFailures"]
@@ -92,7 +92,7 @@ class PodFailures:
         self._jobs[(job.namespace, job.name)] = _Job(job.uid, job.key, job.runtime_ref, job.created)
 
     def job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
-        if old.runtime_ref != new.runtime_ref or old.created != new.created or old.uid_key != new.uid_key:
+        if pod_join_changed(old, new):
             self.job_deleted(old)
             self.job_added(new)
 

@@ -21,6 +21,7 @@ import msgspec
 from app.kube.resources import ResourceKind
 from app.trainer import rules
 from app.trainer.pod_wire import PodContainer, PodWire
+from app.trainer.projection_types import TrainJobProjection
 
 PODS: Final = ResourceKind("", "v1", "pods", "Pod", namespaced=True)
 
@@ -311,3 +312,9 @@ class PodProjector:
             container_reason=_json_failed_container(_get(obj, "status", "containerStatuses")),
             malformed=bad,
         )
+
+
+def pod_join_changed(old: TrainJobProjection, new: TrainJobProjection) -> bool:
+    """A TrainJob update that changes what its pods are joined to: its runtime (a label of their series),
+    its creation time or its uid (a new TrainJob of the same name: the pods of the old one are not its)."""
+    return old.runtime_ref != new.runtime_ref or old.created != new.created or old.uid_key != new.uid_key

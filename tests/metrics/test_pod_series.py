@@ -17,38 +17,16 @@ from app.metrics.exposition import MetricsExposition
 from app.metrics.pods import PodJobHandler, PodSeries, PodSeriesHandler, PodSeriesTelemetry
 from app.metrics.telemetry import Limit
 from app.metrics.trainer_metrics import TrainerMetricState
-from app.trainer.informer_projectors import TrainJobProjector
 from app.trainer.pods import PodProjection, PodProjector
-from app.trainer.projection_types import TrainJobProjection
+from tests.support.pod_shapes import JOBS, projected_trainjob
 
 from .helpers import samples
 
 PODS = PodProjector()
-JOBS = TrainJobProjector()
-JOB_CREATED = "2025-06-01T10:00:00Z"
 INFO = "kubeflow_trainer_trainjob_pod_info"
 ALLOCATED = "kubeflow_trainer_trainjob_allocated_accelerators"
 RESTARTS = "kubeflow_trainer_trainjob_restarts"
 REF = "trainer.kubeflow.org/ClusterTrainingRuntime//torch-distributed"  # rules.runtime_ref_label
-
-
-def trainjob(
-    name: str = "llama", *, ns: str = "team-a", ref: str = "torch-distributed", uid: str = ""
-) -> Any:
-    p = JOBS.from_json(
-        {
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "uid": uid or f"uid-{ns}-{name}",
-                "resourceVersion": "1",
-                "creationTimestamp": JOB_CREATED,
-            },
-            "spec": {"runtimeRef": {"name": ref}},
-        }
-    )
-    assert isinstance(p, TrainJobProjection)
-    return p
 
 
 def pod(
@@ -139,7 +117,7 @@ def info(pod_name: str, *, job: str = "llama", node: str = "n1", ns: str = "team
 
 def test_pods_of_a_cached_trainjob_give_info_allocated_and_restarts() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     s.pods.on_added(pod("llama-node-0-0", attempt="1"), True)
     s.pods.on_added(pod("llama-node-0-1", node="n2", gpus=4, attempt="2"), True)
     assert s.values(INFO) == {info("llama-node-0-0"): 1.0, info("llama-node-0-1", node="n2"): 1.0}
@@ -154,14 +132,14 @@ def test_pods_before_their_trainjob_wait_and_join_when_it_comes() -> None:
     s.pods.on_added(pod("llama-node-0-0"), True)
     assert s.values(INFO) == {}
     assert s.series.pod_statuses()["no_trainjob"] == 1
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     assert s.values(INFO) == {info("llama-node-0-0"): 1.0}
     assert s.series.pod_statuses()["exported"] == 1
 
 
 def test_a_deleted_trainjob_takes_its_pods_series_with_it() -> None:
     s = Setup()
-    job = trainjob()
+    job = projected_trainjob()
     s.jobs.on_added(job, True)
     s.pods.on_added(pod("llama-node-0-0", attempt="3"), True)
     s.jobs.on_deleted(job)
@@ -171,7 +149,7 @@ def test_a_deleted_trainjob_takes_its_pods_series_with_it() -> None:
 
 def test_never_a_wrong_jobs_series() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob("llama", ns="team-a"), True)
+    s.jobs.on_added(projected_trainjob("llama", ns="team-a"), True)
     s.pods.on_added(pod("other-ns-pod", ns="team-b"), True)  # same JobSet name, other namespace
     s.pods.on_added(pod("unknown-job-pod", job="mistral"), True)  # no such TrainJob
     s.pods.on_added(pod("no-label-pod", job=None), True)  # a server that ignored the selector
@@ -189,7 +167,7 @@ def test_never_a_wrong_jobs_series() -> None:
 
 def test_a_recreated_trainjob_does_not_inherit_the_previous_ones_pods() -> None:
     s = Setup()
-    first = trainjob(uid="u1")
+    first = projected_trainjob(uid="u1")
     s.jobs.on_added(first, True)
     s.pods.on_added(pod("old", created="2025-06-01T10:00:05Z"), True)
     s.jobs.on_deleted(first)
@@ -213,7 +191,7 @@ def test_a_recreated_trainjob_does_not_inherit_the_previous_ones_pods() -> None:
 
 def test_finished_and_unbound_pods_hold_nothing_but_count_restarts() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     s.pods.on_added(pod("pending", node="", phase="Pending", attempt="0"), True)
     s.pods.on_added(pod("done", phase="Succeeded", attempt="4"), True)
     s.pods.on_added(pod("failed", phase="Failed", attempt="5"), True)
@@ -225,7 +203,7 @@ def test_finished_and_unbound_pods_hold_nothing_but_count_restarts() -> None:
 
 def test_updates_move_the_sums_and_the_max() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     a, b = pod("a", attempt="0"), pod("b", attempt="1")
     s.pods.on_added(a, True)
     s.pods.on_added(b, True)
@@ -244,7 +222,7 @@ def test_updates_move_the_sums_and_the_max() -> None:
 
 def test_a_pod_rescheduled_to_another_node_changes_its_info_series() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     a = pod("a")
     s.pods.on_added(a, True)
     s.pods.on_updated(a, pod("a", node="n9", rv="12"))
@@ -253,8 +231,8 @@ def test_a_pod_rescheduled_to_another_node_changes_its_info_series() -> None:
 
 def test_a_relabelled_pod_moves_between_jobs() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob("llama"), True)
-    s.jobs.on_added(trainjob("mistral"), True)
+    s.jobs.on_added(projected_trainjob("llama"), True)
+    s.jobs.on_added(projected_trainjob("mistral"), True)
     a = pod("a", job="llama", attempt="2")
     s.pods.on_added(a, True)
     s.pods.on_updated(a, pod("a", job="mistral", attempt="2", rv="13"))
@@ -265,12 +243,12 @@ def test_a_relabelled_pod_moves_between_jobs() -> None:
     }
 
 
-def test_runtime_ref_follows_the_trainjob() -> None:
+def test_runtime_ref_follows_the_projected_trainjob() -> None:
     s = Setup()
-    old = trainjob(ref="torch-distributed")
+    old = projected_trainjob(ref="torch-distributed")
     s.jobs.on_added(old, True)
     s.pods.on_added(pod("a"), True)
-    s.jobs.on_updated(old, trainjob(ref="deepspeed-distributed"))
+    s.jobs.on_updated(old, projected_trainjob(ref="deepspeed-distributed"))
     assert {dict(k)["runtime_ref"] for k in s.values(INFO)} == {
         "trainer.kubeflow.org/ClusterTrainingRuntime//deepspeed-distributed"
     }
@@ -281,7 +259,7 @@ def test_runtime_ref_follows_the_trainjob() -> None:
 
 def test_the_cap_on_info_series_is_counted_and_freed_slots_are_taken() -> None:
     s = Setup(max_pods=2)
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     pods = [pod(f"p{i}") for i in range(4)]
     for p in pods:
         s.pods.on_added(p, True)
@@ -299,7 +277,7 @@ def test_the_cap_on_info_series_is_counted_and_freed_slots_are_taken() -> None:
 
 def test_accelerator_classes_beyond_the_cap_are_other() -> None:
     s = Setup(max_accelerator_classes=1)
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     s.pods.on_added(pod("a", extra_limits={"amd.com/gpu": "2"}), True)
     assert s.values(ALLOCATED) == {
         lab(namespace="team-a", trainjob="llama", accelerator_class="amd.com/gpu"): 2.0,
@@ -310,7 +288,7 @@ def test_accelerator_classes_beyond_the_cap_are_other() -> None:
 
 def test_implausible_device_counts_count_nothing_and_are_counted() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     a = pod("a", gpus="1e300")
     s.pods.on_added(a, True)
     s.pods.on_updated(a, pod("a", gpus="1e300", rv="11", attempt="1"))
@@ -321,7 +299,7 @@ def test_implausible_device_counts_count_nothing_and_are_counted() -> None:
 
 def test_names_that_cannot_be_label_values_get_no_info_series() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     s.pods.on_added(pod("a", node="Bad Node!"), True)
     s.pods.on_added(pod("b", replicated="x" * 200), True)
     assert s.values(INFO) == {}
@@ -331,7 +309,7 @@ def test_names_that_cannot_be_label_values_get_no_info_series() -> None:
 
 def test_a_trainjob_whose_name_cannot_be_a_label_is_never_joined() -> None:
     s = Setup()
-    bad = trainjob("Not_A_Label")
+    bad = projected_trainjob("Not_A_Label")
     s.jobs.on_added(bad, True)
     s.pods.on_added(pod("a", job="Not_A_Label"), True)
     assert s.values(INFO) == {}
@@ -340,7 +318,7 @@ def test_a_trainjob_whose_name_cannot_be_a_label_is_never_joined() -> None:
 
 def test_a_malformed_restart_attempt_is_no_restart() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     s.pods.on_added(pod("a", attempt="-3"), True)
     s.pods.on_added(pod("b", attempt="99999999999"), True)
     assert s.values(RESTARTS) == {}
@@ -348,7 +326,7 @@ def test_a_malformed_restart_attempt_is_no_restart() -> None:
 
 def test_many_pods_many_jobs_series_stay_consistent() -> None:
     s = Setup(max_pods=500)
-    jobs = [trainjob(f"job-{j}") for j in range(50)]
+    jobs = [projected_trainjob(f"job-{j}") for j in range(50)]
     for j in jobs:
         s.jobs.on_added(j, True)
     for j in range(50):
@@ -369,7 +347,7 @@ def test_many_pods_many_jobs_series_stay_consistent() -> None:
 
 def test_pod_series_are_exported_by_the_leader_only() -> None:
     s = Setup()
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     s.pods.on_added(pod("a"), True)
     state = TrainerMetricState(extra_families=s.series.families)
     exposition = MetricsExposition(CollectorRegistry())
@@ -381,7 +359,7 @@ def test_pod_series_are_exported_by_the_leader_only() -> None:
 
 def test_self_telemetry_reports_pods_and_the_watch_status() -> None:
     s = Setup(max_pods=1)
-    s.jobs.on_added(trainjob(), True)
+    s.jobs.on_added(projected_trainjob(), True)
     s.pods.on_added(pod("a"), True)
     s.pods.on_added(pod("b"), True)
     registry = CollectorRegistry()

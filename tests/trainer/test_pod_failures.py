@@ -18,13 +18,11 @@ import pytest
 
 from app.trainer import rules
 from app.trainer.events import CountableEvent, GaugeKey, PodFailed
-from app.trainer.informer_projectors import TrainJobProjector
 from app.trainer.pod_failures import MAX_TOMBS, PodFailures
 from app.trainer.pods import PodProjection, PodProjector
-from app.trainer.projection_types import TrainJobProjection
+from tests.support.pod_shapes import projected_trainjob
 
 PODS = PodProjector()
-JOBS = TrainJobProjector()
 
 
 class Sink:
@@ -40,25 +38,6 @@ class Sink:
 
     def on_runtimes_changed(self) -> None:
         pass
-
-
-def trainjob(
-    name: str = "llama", *, ns: str = "team-a", uid: str = "", created: str = "2025-06-01T10:00:00Z"
-) -> Any:
-    p = JOBS.from_json(
-        {
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "uid": uid or f"uid-{ns}-{name}",
-                "resourceVersion": "1",
-                "creationTimestamp": created,
-            },
-            "spec": {"runtimeRef": {"name": "torch-distributed"}},
-        }
-    )
-    assert isinstance(p, TrainJobProjection)
-    return p
 
 
 def pod(
@@ -103,7 +82,7 @@ def tracker(**kwargs: Any) -> tuple[PodFailures, Sink]:
     sink = Sink()
     failures = PodFailures(wall_clock=lambda: 1.0e9, **kwargs)
     failures.connect(sink, lambda ref: f"label:{ref}")
-    failures.job_added(trainjob())
+    failures.job_added(projected_trainjob())
     return failures, sink
 
 
@@ -156,7 +135,7 @@ def test_a_pod_seen_reaching_failed_is_counted_once_with_its_trainjob_as_exempla
         uid="uid-team-a-llama",
         pod_uid="uid-llama-node-0-0",
         namespace="team-a",
-        runtime_ref=f"label:{trainjob().runtime_ref}",
+        runtime_ref=f"label:{projected_trainjob().runtime_ref}",
         reason="Evicted",
         since=0,
         key="team-a/llama",
@@ -236,7 +215,7 @@ def test_a_failure_before_its_trainjob_is_cached_is_not_counted_when_the_job_com
     failures.connect(sink, str)
     failed = pod(phase="Failed", reason="Evicted")
     failures.on_added(failed, initial=False)
-    failures.job_added(trainjob())
+    failures.job_added(projected_trainjob())
     failures.on_updated(failed, pod(phase="Failed", rv="11", reason="Evicted"))
     assert sink.events == []
     assert failures.unjoined == 1
@@ -244,10 +223,10 @@ def test_a_failure_before_its_trainjob_is_cached_is_not_counted_when_the_job_com
 
 def test_a_deleted_trainjob_takes_its_join_and_a_new_one_of_that_name_gets_its_own_pods() -> None:
     failures, sink = tracker()
-    failures.job_deleted(trainjob())
+    failures.job_deleted(projected_trainjob())
     failures.on_added(pod("a", phase="Failed"), initial=False)
     assert sink.events == []
-    failures.job_added(trainjob(uid="new-uid", created="2025-06-02T10:00:00Z"))
+    failures.job_added(projected_trainjob(uid="new-uid", created="2025-06-02T10:00:00Z"))
     failures.on_added(
         pod("b", phase="Failed", created="2025-06-01T10:00:05Z"), initial=False
     )  # the old job's
