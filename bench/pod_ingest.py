@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
+
+from bench.watch_baseline import timed_watch
 
 PODS_PATH = "/api/v1/pods"
 
@@ -87,7 +88,6 @@ async def baseline_rate(kubeconfig: str, events: int, series: Any) -> float:
     cache → the same ``PodSeriesHandler``. Its LIST is read raw (not measured)."""
     from kubernetes_asyncio import client as k8s
     from kubernetes_asyncio import config as k8s_config
-    from kubernetes_asyncio import watch
 
     from app.metrics.pods import PodSeriesHandler
     from app.trainer import rules
@@ -102,35 +102,16 @@ async def baseline_rate(kubeconfig: str, events: int, series: Any) -> float:
         label_selector=rules.POD_SELECTOR, _preload_content=False
     )
     listing = orjson.loads(await resp.read())
-    cache: dict[str, Any] = {}
-    for item in listing["items"]:
-        obj = projector.from_json(item)
-        if obj is not None:
-            cache[obj.key] = obj
-            handler.on_added(obj, True)
-    count, first = 0, 0.0
-    w = watch.Watch()
-    async with w.stream(
-        api.list_pod_for_all_namespaces,
-        label_selector=rules.POD_SELECTOR,
-        resource_version=listing["metadata"]["resourceVersion"],
-        timeout_seconds=600,
-    ) as stream:
-        async for event in stream:
-            new = projector.from_json(event["raw_object"])
-            if new is None:
-                continue
-            old = cache.get(new.key)
-            cache[new.key] = new
-            if old is None:
-                handler.on_added(new, False)
-            elif not projector.unchanged(old, new):
-                handler.on_updated(old, new)
-            count += 1
-            if count == 1:
-                first = time.perf_counter()
-            elif count == events:
-                break
-    last = time.perf_counter()
-    await api_client.close()
-    return (events - 1) / (last - first)
+    try:
+        return await timed_watch(
+            api.list_pod_for_all_namespaces,
+            (),
+            listing,
+            projector,
+            handler,
+            events=events,
+            unchanged=projector.unchanged,
+            label_selector=rules.POD_SELECTOR,
+        )
+    finally:
+        await api_client.close()

@@ -34,6 +34,7 @@ from bench.common import (
     runqueue_wait_seconds,
     wait_http,
 )
+from bench.watch_baseline import timed_watch
 
 TRAINJOBS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs"
 PROM_TEXT = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1", "Accept-Encoding": "gzip"}
@@ -226,48 +227,25 @@ async def _baseline_rate(kubeconfig: str, events: int) -> float:
     """kubernetes-asyncio's Watch helper → projector.from_json → dict cache → the same TrainerState."""
     from kubernetes_asyncio import client as k8s
     from kubernetes_asyncio import config as k8s_config
-    from kubernetes_asyncio import watch
 
     from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 
     state, _ = _pipeline()
     api_client = await k8s_config.new_client_from_config(config_file=kubeconfig)
     api = k8s.CustomObjectsApi(api_client)
-    listing = await api.list_cluster_custom_object("trainer.kubeflow.org", "v1alpha1", "trainjobs")
-    cache: dict[str, Any] = {}
-    for item in listing["items"]:
-        obj = TRAINJOB_PROJECTOR.from_json(item)
-        if obj is not None:
-            cache[obj.key] = obj
-            state.job_handler.on_added(obj, True)
-    count, first = 0, 0.0
-    w = watch.Watch()
-    async with w.stream(
-        api.list_cluster_custom_object,
-        "trainer.kubeflow.org",
-        "v1alpha1",
-        "trainjobs",
-        resource_version=listing["metadata"]["resourceVersion"],
-        timeout_seconds=600,
-    ) as stream:
-        async for event in stream:
-            new = TRAINJOB_PROJECTOR.from_json(event["raw_object"])
-            if new is None:
-                continue
-            old = cache.get(new.key)
-            cache[new.key] = new
-            if old is None:
-                state.job_handler.on_added(new, False)
-            else:
-                state.job_handler.on_updated(old, new)
-            count += 1
-            if count == 1:
-                first = time.perf_counter()
-            elif count == events:
-                break
-    last = time.perf_counter()
-    await api_client.close()
-    return (events - 1) / (last - first)
+    group = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+    listing = await api.list_cluster_custom_object(*group)
+    try:
+        return await timed_watch(
+            api.list_cluster_custom_object,
+            group,
+            listing,
+            TRAINJOB_PROJECTOR,
+            state.job_handler,
+            events=events,
+        )
+    finally:
+        await api_client.close()
 
 
 async def _read_watch_lines(kubeconfig: str, events: int, on_line: Callable[[Any], object]) -> float:
