@@ -37,8 +37,8 @@ from prometheus_client.metrics_core import Metric
 from app.metrics.per_job import ValueGaugeFamily
 from app.trainer import rules
 from app.trainer.event_builder import MAX_ACCELERATOR_CLASSES, OTHER_ACCELERATOR_CLASS
-from app.trainer.pods import PodProjection, pod_join_changed
-from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
+from app.trainer.pods import PodProjection, pod_join_changed, pods_can_join
+from app.trainer.projection_types import TrainJobProjection
 
 __all__ = ["POD_STATUSES", "PodJobHandler", "PodSeries", "PodSeriesHandler", "PodSeriesTelemetry"]
 
@@ -161,8 +161,8 @@ class PodSeries:
     # --- TrainJobs (PodJobHandler) ---------------------------------------------------------------------
 
     def job_added(self, job: TrainJobProjection) -> None:
-        if job.flags & BAD_NAMESPACE or not rules.is_dns_label(job.name):
-            return  # no pod can name it (a JobSet's name is the TrainJob's, a DNS label) nor a label hold it
+        if not pods_can_join(job):
+            return
         key = (job.namespace, job.name)
         self._jobs[key] = _Job(job.runtime_ref, job.created)
         changed = False

@@ -39,8 +39,8 @@ from typing import Final, NamedTuple
 from app.trainer import rules
 from app.trainer.event_builder import FAILURE_REASONS_LIMIT, MAX_FAILURE_REASONS, rv_int
 from app.trainer.events import PodFailed, TrainerSink
-from app.trainer.pods import PodProjection, pod_join_changed
-from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
+from app.trainer.pods import PodProjection, pod_join_changed, pods_can_join
+from app.trainer.projection_types import TrainJobProjection
 
 __all__ = ["MAX_TOMBS", "PodFailures"]
 
@@ -87,8 +87,8 @@ class PodFailures:
     # --- TrainJobs ---------------------------------------------------------------------------------------
 
     def job_added(self, job: TrainJobProjection) -> None:
-        if job.flags & BAD_NAMESPACE or not rules.is_dns_label(job.name):
-            return  # no pod can name it: a JobSet's name is its TrainJob's, a DNS label
+        if not pods_can_join(job):
+            return
         self._jobs[(job.namespace, job.name)] = _Job(job.uid, job.key, job.runtime_ref, job.created)
 
     def job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:

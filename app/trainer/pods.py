@@ -21,7 +21,7 @@ import msgspec
 from app.kube.resources import ResourceKind
 from app.trainer import rules
 from app.trainer.pod_wire import PodContainer, PodWire
-from app.trainer.projection_types import TrainJobProjection
+from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
 
 PODS: Final = ResourceKind("", "v1", "pods", "Pod", namespaced=True)
 
@@ -318,3 +318,8 @@ def pod_join_changed(old: TrainJobProjection, new: TrainJobProjection) -> bool:
     """A TrainJob update that changes what its pods are joined to: its runtime (a label of their series),
     its creation time or its uid (a new TrainJob of the same name: the pods of the old one are not its)."""
     return old.runtime_ref != new.runtime_ref or old.created != new.created or old.uid_key != new.uid_key
+
+
+def pods_can_join(job: TrainJobProjection) -> bool:
+    """Whether any pod can name ``job``: a JobSet's name is its TrainJob's, a DNS label, in its namespace."""
+    return not job.flags & BAD_NAMESPACE and rules.is_dns_label(job.name)
