@@ -13,7 +13,7 @@ object the typed decoder rejects and returns None only without a name or uid. Bo
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -21,6 +21,7 @@ import msgspec
 from app.kube.resources import ResourceKind
 from app.trainer import rules
 from app.trainer.pod_wire import PodContainer, PodWire
+from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
 
 PODS: Final = ResourceKind("", "v1", "pods", "Pod", namespaced=True)
 
@@ -67,6 +68,24 @@ class PodProjection(msgspec.Struct, frozen=True, gc=False):
     @property
     def implausible(self) -> bool:
         return bool(self.flags & IMPLAUSIBLE)
+
+
+# The cached TrainJob of a namespace and name, or None: the TrainJob informers' caches themselves
+# (app/replica/pods.py). The pod series and the pod-failure edges read the TrainJobs there rather than keep a
+# copy of each: a TrainJob, most of which never has a pod cached, costs them nothing.
+TrainJobLookup = Callable[[str, str], TrainJobProjection | None]
+
+
+def pod_trainjob(jobs: TrainJobLookup, namespace: str, jobset: str) -> TrainJobProjection | None:
+    """The cached TrainJob named ``jobset`` (a pod's jobset-name label) in ``namespace``, if a pod can name
+    it: its name is a DNS label, as a JobSet's is (the JobSet is named after its TrainJob), in a namespace a
+    real API server would send. Whether the pod is not older than it is the caller's to check."""
+    if not jobset:
+        return None
+    job = jobs(namespace, jobset)
+    if job is None or job.flags & BAD_NAMESPACE or not rules.is_dns_label(jobset):
+        return None
+    return job
 
 
 def _same_but_version(a: PodProjection, b: PodProjection) -> bool:

@@ -20,6 +20,7 @@ from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.informer_projectors import TrainJobProjector
 from app.trainer.pods import PodProjection, PodProjector
 from app.trainer.projection_types import TrainJobProjection
+from tests.support.trainjob_cache import TrainJobCache
 
 from .helpers import samples
 
@@ -104,9 +105,13 @@ class Setup:
     def __init__(self, **options: Any) -> None:
         self.limits: list[str] = []
         self.changes = 0
-        self.series = PodSeries(on_change=self._changed, on_limit=self.limits.append, **options)
+        # The TrainJobs as the informer holds them: its cache, then its handler told.
+        self.jobs = TrainJobCache()
+        self.series = PodSeries(
+            self.jobs.get, on_change=self._changed, on_limit=self.limits.append, **options
+        )
         self.pods = PodSeriesHandler(self.series)
-        self.jobs = PodJobHandler(_Null(), self.series)
+        self.jobs.handler = PodJobHandler(_Null(), self.series)
 
     def _changed(self) -> None:
         self.changes += 1
