@@ -13,7 +13,9 @@ The join: a pod belongs to the TrainJob named by its ``jobset-name`` label in it
 (app/trainer/rules/pods.py), while that TrainJob is cached, and only if the pod is not older than the
 TrainJob (a pod of a deleted TrainJob of the same name, still terminating, is never the new job's). Pods
 and TrainJobs arrive in any order: a pod whose TrainJob is not cached yet waits, unjoined, and joins when it
-comes; a deleted TrainJob takes its pods' series with it.
+comes; a deleted TrainJob takes its pods' series with it. The TrainJobs are read in the TrainJob informers'
+caches (``jobs``, app/trainer/pods.py ``TrainJobLookup``), which are updated before their handler is told:
+the join keeps per pod, never per TrainJob, so the many TrainJobs without a pod cost it nothing.
 
 Bounded: at most ``max_pods`` info series (further pods wait and take the slot of the next one to go;
 each pod going over the cap counts one ``pod_series`` limit hit), accelerator classes capped as for the
@@ -37,7 +39,7 @@ from prometheus_client.metrics_core import Metric
 from app.metrics.per_job import ValueGaugeFamily
 from app.trainer import rules
 from app.trainer.event_builder import MAX_ACCELERATOR_CLASSES, OTHER_ACCELERATOR_CLASS
-from app.trainer.pods import PodProjection, pod_join_changed, pods_can_join
+from app.trainer.pods import PodProjection, TrainJobLookup, pod_trainjob
 from app.trainer.projection_types import TrainJobProjection
 
 __all__ = ["POD_STATUSES", "PodJobHandler", "PodSeries", "PodSeriesHandler", "PodSeriesTelemetry"]
@@ -65,11 +67,6 @@ JobKey = tuple[str, str]  # (namespace, TrainJob name)
 InfoKey = tuple[str, str, str, str, str, str]
 
 
-class _Job(NamedTuple):
-    runtime_ref: str
-    created: float | None
-
-
 class _Share(NamedTuple):
     """What one joined pod contributes to its job's series."""
 
@@ -88,14 +85,16 @@ class PodSeries:
 
     def __init__(
         self,
+        jobs: TrainJobLookup,
         *,
         max_pods: int = DEFAULT_MAX_PODS,
         max_accelerator_classes: int = MAX_ACCELERATOR_CLASSES,
         on_change: Callable[[], None] | None = None,
         on_limit: Callable[[str], None] | None = None,
     ) -> None:
-        """``on_change``: called after the families changed (``TrainerMetricState.extra_changed``);
-        ``on_limit``: told each limit hit (``SelfTelemetry.limit_hit``)."""
+        """``jobs``: the cached TrainJobs (the informers' caches); ``on_change``: called after the families
+        changed (``TrainerMetricState.extra_changed``); ``on_limit``: told each limit hit
+        (``SelfTelemetry.limit_hit``)."""
         self.max_pods = max(0, max_pods)
         self._max_classes = max(0, max_accelerator_classes)
         self._on_change = on_change
@@ -119,7 +118,7 @@ class PodSeries:
             ("namespace", "trainjob"),
         )
         self.families: tuple[ValueGaugeFamily, ...] = (self.info, self.allocated, self.restarts)
-        self._jobs: dict[JobKey, _Job] = {}
+        self._jobs = jobs
         self._pods: dict[str, PodProjection] = {}  # every pod heard of, by key
         self._by_job: dict[JobKey, set[str]] = {}  # pod keys by (namespace, jobset-name)
         self._shares: dict[str, _Share] = {}  # what each joined pod contributes
@@ -146,7 +145,7 @@ class PodSeries:
             elif not pod.jobset:
                 counts["no_jobset_label"] += 1
             else:
-                job = self._jobs.get((pod.namespace, pod.jobset))
+                job = pod_trainjob(self._jobs, pod.namespace, pod.jobset)
                 counts["no_trainjob" if job is None else "older_than_trainjob"] += 1
         return counts
 
@@ -154,35 +153,27 @@ class PodSeries:
     def pods(self) -> int:
         return len(self._pods)
 
-    @property
-    def jobs(self) -> int:
-        return len(self._jobs)
-
     # --- TrainJobs (PodJobHandler) ---------------------------------------------------------------------
 
+    # Told after the informer's cache changed: the pods of that namespace and name join what it holds now.
+
     def job_added(self, job: TrainJobProjection) -> None:
-        if not pods_can_join(job):
-            return
-        key = (job.namespace, job.name)
-        self._jobs[key] = _Job(job.runtime_ref, job.created)
-        changed = False
-        for pod_key in self._by_job.get(key, ()):
-            changed |= self._update_share(pod_key, self._pods[pod_key])
-        if changed:
-            self._changed()
+        self._rejoin(job)
 
     def job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
-        if pod_join_changed(old, new):
-            self.job_deleted(old)
-            self.job_added(new)
+        if old.runtime_ref != new.runtime_ref or old.created != new.created or old.uid_key != new.uid_key:
+            self._rejoin(new)
 
     def job_deleted(self, last: TrainJobProjection) -> None:
-        key = (last.namespace, last.name)
-        if self._jobs.pop(key, None) is None:
-            return
+        self._rejoin(last)
+
+    def _rejoin(self, job: TrainJobProjection) -> None:
+        pod_keys = self._by_job.get((job.namespace, job.name))
+        if not pod_keys:
+            return  # nearly every TrainJob: no pod of it cached
         changed = False
-        for pod_key in self._by_job.get(key, ()):
-            changed |= self._update_share(pod_key, None)
+        for pod_key in pod_keys:
+            changed |= self._update_share(pod_key, self._pods[pod_key])
         if changed:
             self._changed()
 
@@ -223,9 +214,9 @@ class PodSeries:
 
     def _share_of(self, pod: PodProjection | None) -> _Share | None:
         """What ``pod`` contributes now: None when it is not joined to a cached TrainJob."""
-        if pod is None or not pod.jobset:
+        if pod is None:
             return None
-        job = self._jobs.get((pod.namespace, pod.jobset))
+        job = pod_trainjob(self._jobs, pod.namespace, pod.jobset)
         if job is None:
             return None
         if pod.created is not None and job.created is not None and pod.created < job.created:
@@ -383,8 +374,7 @@ class PodSeriesHandler:
 
 
 class JobListener(Protocol):
-    """What is told of each TrainJob after the inner handler: the pod series' join (``PodSeries``), the
-    pod-failure edges (app/trainer/pod_failures.py)."""
+    """What is told of each TrainJob after the inner handler: the pod series' join (``PodSeries``)."""
 
     def job_added(self, job: TrainJobProjection) -> None: ...
 

@@ -26,8 +26,10 @@ from app.kube.priority import LoopPriority
 from app.metrics.pods import PodJobHandler, PodSeries, PodSeriesHandler, PodSeriesTelemetry
 from app.trainer import rules
 from app.trainer.events import TrainerSink
+from app.trainer.field_builders import object_key
 from app.trainer.pod_failures import PodFailures
 from app.trainer.pods import PODS, PodProjection, PodProjector
+from app.trainer.projection_types import TrainJobProjection
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,24 @@ class PodWatch:
         return WATCHING
 
 
+class TrainJobCaches:
+    """The TrainJob informers' caches, read by namespace and name (``TrainJobLookup``): where the pod series
+    and the pod-failure edges find a pod's TrainJob, so that neither keeps a copy of every TrainJob."""
+
+    def __init__(self) -> None:
+        self._all: Informer[TrainJobProjection] | None = None  # the one over all namespaces
+        self._by_namespace: dict[str, Informer[TrainJobProjection]] = {}
+
+    def read(self, informers: list[Informer[TrainJobProjection]]) -> None:
+        """The TrainJob informers to read: one over all namespaces, or one per watched namespace."""
+        self._all = next((i for i in informers if i.namespace is None), None)
+        self._by_namespace = {i.namespace: i for i in informers if i.namespace is not None}
+
+    def get(self, namespace: str, name: str) -> TrainJobProjection | None:
+        informer = self._all if self._all is not None else self._by_namespace.get(namespace)
+        return informer.get(object_key(namespace, name)) if informer is not None else None
+
+
 class PodHandlers:
     """``InformerHandler[PodProjection]`` of the pods watch: the pod series, then the pod-failure edges."""
 
@@ -150,13 +170,17 @@ class PodSeriesFeature:
         self.enabled = settings.pod_series
         self._namespaces = list(settings.namespaces)
         self._on_limit = on_limit
+        self.trainjobs = TrainJobCaches()
         self.series = PodSeries(
+            self.trainjobs.get,
             max_pods=settings.pod_series_max_pods,
             max_accelerator_classes=settings.max_accelerator_classes,
             on_change=on_change,
             on_limit=on_limit,
         )
-        self.failures = PodFailures(max_reasons=settings.max_failure_reasons, on_limit=on_limit)
+        self.failures = PodFailures(
+            self.trainjobs.get, max_reasons=settings.max_failure_reasons, on_limit=on_limit
+        )
         self.projector = PodProjector(rules.AcceleratorMatcher(settings.accelerator_resource_patterns))
         self.pod_watches: list[PodWatch] = []
         registry.register(PodSeriesTelemetry(self.series, self.statuses))
@@ -171,11 +195,14 @@ class PodSeriesFeature:
         self.failures.connect(sink, runtime_label)
 
     def job_handler(self, inner: Any) -> Any:
-        """The TrainJob informers' handler, with the pod series and the pod-failure edges told of each
-        TrainJob (when on)."""
+        """The TrainJob informers' handler, with the pod series told of each TrainJob (when on)."""
         if not self.enabled:
             return inner
-        return PodJobHandler(PodJobHandler(inner, self.series), self.failures)
+        return PodJobHandler(inner, self.series)
+
+    def read_trainjobs(self, informers: list[Informer[TrainJobProjection]]) -> None:
+        """The TrainJob informers whose caches the pod series and the pod-failure edges read."""
+        self.trainjobs.read(informers)
 
     def watches(
         self,

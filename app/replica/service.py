@@ -226,6 +226,7 @@ class Service:
             jobs = PerJobHandler(jobs, self.per_job)
         jobs = self.pods.job_handler(jobs)
         self._trainjob_informers = [informer(TRAINJOBS, ns, projector, jobs) for ns in scopes]
+        self.pods.read_trainjobs(self._trainjob_informers)
         # ClusterTrainingRuntimes are cluster-scoped: a namespaced install (Roles only) cannot read them, and
         # an informer that is never allowed to list would never sync (never ready, never leading).
         cluster: list[Informer[Any]] = []

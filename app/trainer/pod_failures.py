@@ -2,9 +2,9 @@
 (``kubeflow_trainer_trainjob_pod_failures_total``, app/metrics/counted.py).
 
 Fed by the pods watch (``on_added`` / ``on_updated`` / ``on_deleted`` / ``on_relist``: an
-``InformerHandler[PodProjection]``) and told of the TrainJobs (``job_added`` / ``job_updated`` /
-``job_deleted``, from the TrainJob informers' handler), it sends one ``PodFailed`` per failed pod to its
-sink, the hand-over journal (app/handover/journal.py), which counts it while leading.
+``InformerHandler[PodProjection]``), it reads a failed pod's TrainJob in the TrainJob informers' caches
+(``jobs``, app/trainer/pods.py ``TrainJobLookup``: nothing kept per TrainJob here) and sends one ``PodFailed``
+per failed pod to its sink, the hand-over journal (app/handover/journal.py), which counts it while leading.
 
 The edge, as TrainerState's for the TrainJobs (app/trainer/state.py):
 
@@ -34,13 +34,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final, NamedTuple
+from typing import Final
 
 from app.trainer import rules
 from app.trainer.event_builder import FAILURE_REASONS_LIMIT, MAX_FAILURE_REASONS, rv_int
 from app.trainer.events import PodFailed, TrainerSink
-from app.trainer.pods import PodProjection, pod_join_changed, pods_can_join
-from app.trainer.projection_types import TrainJobProjection
+from app.trainer.pods import PodProjection, TrainJobLookup, pod_trainjob
 
 __all__ = ["MAX_TOMBS", "PodFailures"]
 
@@ -48,18 +47,12 @@ MAX_TOMBS: Final = 4096  # deleted failed pods whose uid is still remembered
 _FIXED: Final = frozenset(rules.POD_FAILURE_REASONS)
 
 
-class _Job(NamedTuple):
-    uid: str
-    key: str  # "namespace/name", the exemplar's
-    runtime_ref: str  # raw (labelled when a failure is counted)
-    created: float | None
-
-
 class PodFailures:
     """The pod-failure edges of one replica (the module docstring)."""
 
     def __init__(
         self,
+        jobs: TrainJobLookup,
         *,
         max_reasons: int = MAX_FAILURE_REASONS,
         on_limit: Callable[[str], None] | None = None,
@@ -71,7 +64,7 @@ class PodFailures:
         self._reasons: set[str] = set()
         self._on_limit = on_limit
         self._wall_clock = wall_clock
-        self._jobs: dict[tuple[str, str], _Job] = {}
+        self._jobs = jobs
         self._failed: set[str] = set()  # uids of the cached pods seen Failed (counted or not)
         self._tombs: deque[str] = deque()
         self._tomb_set: set[str] = set()
@@ -83,24 +76,6 @@ class PodFailures:
         """Where the edges go (the journal) and the runtime_ref label of a raw ref (TrainerState's)."""
         self._sink = sink
         self._runtime_label = runtime_label
-
-    # --- TrainJobs ---------------------------------------------------------------------------------------
-
-    def job_added(self, job: TrainJobProjection) -> None:
-        if not pods_can_join(job):
-            return
-        self._jobs[(job.namespace, job.name)] = _Job(job.uid, job.key, job.runtime_ref, job.created)
-
-    def job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
-        if pod_join_changed(old, new):
-            self.job_deleted(old)
-            self.job_added(new)
-
-    def job_deleted(self, last: TrainJobProjection) -> None:
-        key = (last.namespace, last.name)
-        job = self._jobs.get(key)
-        if job is not None and job.uid == last.uid:
-            del self._jobs[key]
 
     # --- pods (InformerHandler[PodProjection]) -----------------------------------------------------------
 
@@ -142,7 +117,7 @@ class PodFailures:
         if uid in self._failed or uid in self._tomb_set:
             return
         self._failed.add(uid)
-        job = self._jobs.get((pod.namespace, pod.jobset)) if pod.jobset else None
+        job = pod_trainjob(self._jobs, pod.namespace, pod.jobset)
         if job is None or (pod.created is not None and job.created is not None and pod.created < job.created):
             self.unjoined += 1
             return

@@ -13,7 +13,7 @@ object the typed decoder rejects and returns None only without a name or uid. Bo
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -68,6 +68,24 @@ class PodProjection(msgspec.Struct, frozen=True, gc=False):
     @property
     def implausible(self) -> bool:
         return bool(self.flags & IMPLAUSIBLE)
+
+
+# The cached TrainJob of a namespace and name, or None: the TrainJob informers' caches themselves
+# (app/replica/pods.py). The pod series and the pod-failure edges read the TrainJobs there rather than keep a
+# copy of each: a TrainJob, most of which never has a pod cached, costs them nothing.
+TrainJobLookup = Callable[[str, str], TrainJobProjection | None]
+
+
+def pod_trainjob(jobs: TrainJobLookup, namespace: str, jobset: str) -> TrainJobProjection | None:
+    """The cached TrainJob named ``jobset`` (a pod's jobset-name label) in ``namespace``, if a pod can name
+    it: its name is a DNS label, as a JobSet's is (the JobSet is named after its TrainJob), in a namespace a
+    real API server would send. Whether the pod is not older than it is the caller's to check."""
+    if not jobset:
+        return None
+    job = jobs(namespace, jobset)
+    if job is None or job.flags & BAD_NAMESPACE or not rules.is_dns_label(jobset):
+        return None
+    return job
 
 
 def _same_but_version(a: PodProjection, b: PodProjection) -> bool:
@@ -312,14 +330,3 @@ class PodProjector:
             container_reason=_json_failed_container(_get(obj, "status", "containerStatuses")),
             malformed=bad,
         )
-
-
-def pod_join_changed(old: TrainJobProjection, new: TrainJobProjection) -> bool:
-    """A TrainJob update that changes what its pods are joined to: its runtime (a label of their series),
-    its creation time or its uid (a new TrainJob of the same name: the pods of the old one are not its)."""
-    return old.runtime_ref != new.runtime_ref or old.created != new.created or old.uid_key != new.uid_key
-
-
-def pods_can_join(job: TrainJobProjection) -> bool:
-    """Whether any pod can name ``job``: a JobSet's name is its TrainJob's, a DNS label, in its namespace."""
-    return not job.flags & BAD_NAMESPACE and rules.is_dns_label(job.name)

@@ -1390,7 +1390,8 @@ def exported_series() -> dict[str, set[str]]:
     for family in registry.collect():
         for sample in family.samples:
             out.setdefault(sample.name, set()).update(sample.labels)
-    families = [*TrainerMetricState().families, *PerJobSeries().families, *PodSeries().families]
+    no_trainjobs = PodSeries(lambda namespace, name: None)
+    families = [*TrainerMetricState().families, *PerJobSeries().families, *no_trainjobs.families]
     for fam in families:
         metric = fam.metric()
         labels = set(fam.label_names)

@@ -126,7 +126,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         wait_for(lambda: all(fleet.candidate(i) for i in replicas), timeout=30, what="two candidates")
         # Every replica joins pods to both TrainJobs (its pods watch and its TrainJob watch both synced).
         wait_for(
-            lambda: every_replica(fleet, lambda s: s.pods.series.jobs == 2 and s.pods.pod_watches),
+            lambda: every_replica(
+                fleet,
+                lambda s: all(s.pods.trainjobs.get(ns, "llama") for ns in NAMESPACES) and s.pods.pod_watches,
+            ),
             timeout=30,
             what="the pods watches and both TrainJobs",
         )

@@ -28,6 +28,7 @@ from app.trainer.state import TrainerState
 from tests.handover.test_relisted import Clock, job
 from tests.metrics.helpers import created
 from tests.support.promql_visible import visible_increase
+from tests.support.trainjob_cache import TrainJobCache
 from tests.support.waiting import eventually
 from tests.trainer.manifests import runtime
 
@@ -93,11 +94,11 @@ class Replica:
         h = self.handover
         self.metrics, self.journal, self.ledger, self.state = h.metric_state, h.journal, h.ledger, h.state
         self.state.runtime_handler.on_added(runtime(), True)
-        self.failures = PodFailures()
+        # The TrainJob informer's cache, then its handler (the TrainerState) told.
+        self.jobs = TrainJobCache(self.state.job_handler)
+        self.failures = PodFailures(self.jobs.get)
         self.failures.connect(self.journal, self.state.runtime_ref_label)
-        x = job("x", 10)
-        self.state.job_handler.on_added(x, True)
-        self.failures.job_added(x)
+        self.jobs.on_added(job("x", 10), True)
         self.terms = 0
         self.stored: dict[tuple[int, tuple[tuple[str, str], ...]], list[float]] = defaultdict(list)
 

@@ -19,6 +19,7 @@ from app.metrics.telemetry import Limit
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.pods import PodProjection, PodProjector
 from tests.support.pod_shapes import JOBS, projected_trainjob
+from tests.support.trainjob_cache import TrainJobCache
 
 from .helpers import samples
 
@@ -82,9 +83,13 @@ class Setup:
     def __init__(self, **options: Any) -> None:
         self.limits: list[str] = []
         self.changes = 0
-        self.series = PodSeries(on_change=self._changed, on_limit=self.limits.append, **options)
+        # The TrainJobs as the informer holds them: its cache, then its handler told.
+        self.jobs = TrainJobCache()
+        self.series = PodSeries(
+            self.jobs.get, on_change=self._changed, on_limit=self.limits.append, **options
+        )
         self.pods = PodSeriesHandler(self.series)
-        self.jobs = PodJobHandler(_Null(), self.series)
+        self.jobs.handler = PodJobHandler(_Null(), self.series)
 
     def _changed(self) -> None:
         self.changes += 1

@@ -1,18 +1,23 @@
 """What the metric series keep, bounded by their label caps: sparse blocks are merged (a family's blocks
-follow its live series, not the ones it once had) and an exemplar keeps its TrainJob's key, uid and time,
-not the event."""
+follow its live series, not the ones it once had), an exemplar keeps its TrainJob's key, uid and time,
+not the event, and the pod series' join keeps nothing per TrainJob."""
 
 from __future__ import annotations
 
 import sys
+import tracemalloc
 
 from app.metrics.counted import LIFETIME
 from app.metrics.exemplars import ExemplarRef
 from app.metrics.family_kinds import HistogramFamily
+from app.metrics.pods import PodJobHandler, PodSeries
 from app.metrics.trainer_metrics import TrainerMetricState
+from tests.support.pod_shapes import projected_trainjob
+from tests.support.trainjob_cache import TrainJobCache
 
 from .helpers import REF, reference_text
 from .test_exemplars import created, finished
+from .test_pod_series import _Null, pod
 
 
 def test_sparse_gauge_blocks_are_merged_and_the_text_stays_what_prometheus_client_prints() -> None:
@@ -56,3 +61,30 @@ def test_an_exemplar_keeps_the_jobs_key_uid_and_time_not_the_event() -> None:
     sources = [slot[0] for slots in lifetime.exemplars.values() for slot in slots if slot is not None]
     assert sources and all(type(s) is ExemplarRef for s in sources)
     assert (sources[0].key, sources[0].uid, sources[0].at) == ("team-a/job-1", "uid-1", events[1].at)
+
+
+def test_the_pod_series_keep_nothing_per_trainjob() -> None:
+    """The join reads the TrainJobs in the informer's cache: a cached TrainJob, with or without pods, costs
+    it no memory of its own (P3, docs/benchmarks.md: the copies of each TrainJob's name, uid, runtime_ref and
+    creation time that this join and the pod-failure edges, now not told of TrainJobs, kept cost ~500 B)."""
+    cache = TrainJobCache()
+    series = PodSeries(cache.get)
+    cache.handler = PodJobHandler(_Null(), series)
+    jobs = [projected_trainjob(f"job-{i}", ns=f"ns-{i % 10}") for i in range(2000)]
+    series.pod_added(pod("job-0-node-0-0", job="job-0", ns="ns-0"))  # one job has a pod: it joins
+    join_files = ("app/metrics/pods.py", "app/trainer/pods.py")
+    tracemalloc.start(16)
+    try:
+        before = tracemalloc.take_snapshot()
+        for job in jobs:
+            cache.on_added(job, True)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    kept = sum(
+        stat.size_diff
+        for stat in after.compare_to(before, "traceback")
+        if any(frame.filename.endswith(join_files) for frame in stat.traceback)
+    )
+    assert kept < 8 * 1024  # nothing that grows with the TrainJobs (2,000 of them: ~1 MB before)
+    assert series.info.values  # the job with a pod joined it

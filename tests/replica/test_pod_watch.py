@@ -1,6 +1,7 @@
 """The pods watch's access check (app/replica/pods.py): 403 is forbidden, 404 absent, each logged once and
 asked again; an answer that says nothing about access (unreachable, 5xx, 429) neither; once allowed the
-informer is built and run. The TrainJob informers never wait for it (tests/integration/test_pod_series.py)."""
+informer is built and run. The TrainJob informers never wait for it (tests/integration/test_pod_series.py).
+The pod series and the pod-failure edges read a pod's TrainJob in the TrainJob informer of its scope."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.kube.client import ApiError
-from app.replica.pods import ABSENT, CHECKING, FORBIDDEN, WATCHING, PodWatch
+from app.replica.pods import ABSENT, CHECKING, FORBIDDEN, WATCHING, PodWatch, TrainJobCaches
 from app.trainer import rules
 from tests.support.waiting import eventually
 
@@ -96,3 +97,33 @@ async def test_answers_that_say_nothing_about_access_keep_checking(
     watch, built = await watch_until(client, None, lambda w, b: len(client.requests) >= 3, monkeypatch)
     assert watch.status == CHECKING and not built
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+class CacheOf:
+    """A TrainJob informer's read side: its scope and its cache by key."""
+
+    def __init__(self, namespace: str | None, *keys: str) -> None:
+        self.namespace = namespace
+        self.store = {key: f"job {key}" for key in keys}
+
+    def __len__(self) -> int:  # an Informer's: an empty cache is falsy
+        return len(self.store)
+
+    def get(self, key: str) -> Any:
+        return self.store.get(key)
+
+
+def test_trainjob_caches_read_the_informer_over_all_namespaces() -> None:
+    caches = TrainJobCaches()
+    assert caches.get("team-a", "llama") is None  # before the informers are built
+    caches.read([CacheOf(None, "team-a/llama")])  # type: ignore[list-item]
+    assert caches.get("team-a", "llama") == "job team-a/llama"
+    assert caches.get("team-b", "llama") is None
+
+
+def test_trainjob_caches_read_the_informer_of_the_pods_namespace() -> None:
+    caches = TrainJobCaches()
+    caches.read([CacheOf("team-a", "team-a/llama"), CacheOf("team-b")])  # type: ignore[list-item]
+    assert caches.get("team-a", "llama") == "job team-a/llama"
+    assert caches.get("team-b", "llama") is None  # its informer holds no such TrainJob (and is empty)
+    assert caches.get("team-c", "llama") is None  # a namespace not watched

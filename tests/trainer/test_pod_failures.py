@@ -21,6 +21,7 @@ from app.trainer.events import CountableEvent, GaugeKey, PodFailed
 from app.trainer.pod_failures import MAX_TOMBS, PodFailures
 from app.trainer.pods import PodProjection, PodProjector
 from tests.support.pod_shapes import projected_trainjob
+from tests.support.trainjob_cache import TrainJobCache
 
 PODS = PodProjector()
 
@@ -78,11 +79,14 @@ def pod(
     return p
 
 
-def tracker(**kwargs: Any) -> tuple[PodFailures, Sink]:
+def tracker(jobs: TrainJobCache | None = None, **kwargs: Any) -> tuple[PodFailures, Sink]:
+    """PodFailures reading ``jobs`` (the TrainJob informer's cache), holding a TrainJob unless given."""
+    if jobs is None:
+        jobs = TrainJobCache()
+        jobs.on_added(projected_trainjob(), True)
     sink = Sink()
-    failures = PodFailures(wall_clock=lambda: 1.0e9, **kwargs)
+    failures = PodFailures(jobs.get, wall_clock=lambda: 1.0e9, **kwargs)
     failures.connect(sink, lambda ref: f"label:{ref}")
-    failures.job_added(projected_trainjob())
     return failures, sink
 
 
@@ -210,23 +214,24 @@ def test_a_failed_pod_of_no_cached_trainjob_is_not_counted_and_never_for_another
 def test_a_failure_before_its_trainjob_is_cached_is_not_counted_when_the_job_comes() -> None:
     """The documented choice: a pod failing while its TrainJob is not cached is not counted, not even once
     the TrainJob arrives (the pods stream's watermark never waits for the TrainJob watch)."""
-    sink = Sink()
-    failures = PodFailures()
-    failures.connect(sink, str)
+    jobs = TrainJobCache()
+    failures, sink = tracker(jobs)
     failed = pod(phase="Failed", reason="Evicted")
     failures.on_added(failed, initial=False)
-    failures.job_added(projected_trainjob())
+    jobs.on_added(projected_trainjob(), False)
     failures.on_updated(failed, pod(phase="Failed", rv="11", reason="Evicted"))
     assert sink.events == []
     assert failures.unjoined == 1
 
 
 def test_a_deleted_trainjob_takes_its_join_and_a_new_one_of_that_name_gets_its_own_pods() -> None:
-    failures, sink = tracker()
-    failures.job_deleted(projected_trainjob())
+    jobs = TrainJobCache()
+    jobs.on_added(projected_trainjob(), True)
+    failures, sink = tracker(jobs)
+    jobs.on_deleted(projected_trainjob())
     failures.on_added(pod("a", phase="Failed"), initial=False)
     assert sink.events == []
-    failures.job_added(projected_trainjob(uid="new-uid", created="2025-06-02T10:00:00Z"))
+    jobs.on_added(projected_trainjob(uid="new-uid", created="2025-06-02T10:00:00Z"), False)
     failures.on_added(
         pod("b", phase="Failed", created="2025-06-01T10:00:05Z"), initial=False
     )  # the old job's

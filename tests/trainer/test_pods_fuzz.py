@@ -16,6 +16,7 @@ from app.trainer import rules
 from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 from app.trainer.pods import MALFORMED, PodProjector
 from tests.badinput import strategies as S
+from tests.support.trainjob_cache import TrainJobCache
 
 FUZZ = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -90,8 +91,9 @@ def test_pod_projector_never_raises_and_both_paths_agree(obj: Any) -> None:
 @FUZZ
 @given(st.lists(pods(), max_size=8))
 def test_pod_series_from_junk_never_raise_and_carry_only_valid_labels(objs: list[Any]) -> None:
-    series = PodSeries(max_pods=3, max_accelerator_classes=2)
-    jobs = PodJobHandler(_Null(), series)
+    jobs = TrainJobCache()
+    series = PodSeries(jobs.get, max_pods=3, max_accelerator_classes=2)
+    jobs.handler = PodJobHandler(_Null(), series)
     handler = PodSeriesHandler(series)
     job = TRAINJOB_PROJECTOR.from_json(
         {
