@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from kubesim.apiserver.core import PODS
+from kubesim.apiserver.http.selectors import parse_label_selector
 from kubesim.apiserver.storage.store import Store
 from kubesim.trainer import jobset
 from kubesim.trainer.cluster import trainer_store
@@ -195,3 +196,34 @@ def test_generator_without_pods_creates_none(store: Store) -> None:
     gen.load_runtimes()
     gen.populate(40)
     assert store.list(PODS, None)[0] == []
+
+
+def test_initializer_jobs_run_pods_that_succeed_before_the_trainer_runs(
+    gen: WorkloadGenerator, store: Store
+) -> None:
+    rec = running(gen, runtime="torchtune-llama3.2-1b")
+    for step in ("dataset-initializer", "model-initializer"):
+        (pod,) = job_pods(store, rec, step)
+        assert pod["status"]["phase"] == "Succeeded" and pod["spec"]["nodeName"]
+    assert {p["status"]["phase"] for p in job_pods(store, rec, "node")} == {"Running"}
+
+
+def test_pods_are_stored_objects_a_label_selected_list_returns_with_resource_versions(
+    gen: WorkloadGenerator, store: Store
+) -> None:
+    """The exporter lists and watches pods by ``jobset.sigs.k8s.io/jobset-name`` (app/trainer/rules/pods.py):
+    the generator's pods are ordinary stored objects, so the selector finds them, each write a new
+    resourceVersion in the watch history."""
+    rec = running(gen, runtime="torch-distributed", num_nodes=2)
+    other = running(gen, runtime="torch-distributed", num_nodes=1)
+    before = store.resource_version
+    gen.finish(rec, "Complete")
+    selects = parse_label_selector(f"{JOBSET}={rec.name}")
+    assert selects is not None
+    page = store.list_page(PODS, rec.namespace, predicate=lambda e: selects(e.obj["metadata"]["labels"]))
+    listed = {e.obj["metadata"]["name"]: e.obj for e in page.items}
+    assert set(listed) == {p["metadata"]["name"] for p in job_pods(store, rec)}
+    assert not set(listed) & {p["metadata"]["name"] for p in job_pods(store, other)}
+    assert all(int(p["metadata"]["resourceVersion"]) > before for p in listed.values())
+    events = [e for e in store._history if e.resource == PODS and e.rv > before]
+    assert {e.entry.obj["metadata"]["name"] for e in events} >= set(listed)
