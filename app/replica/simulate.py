@@ -73,8 +73,13 @@ async def embedded_cluster(settings: Settings, sim_settings: SimSettings | None 
             kubeconfig = sim.write_kubeconfig(Path(tmp) / "kubeconfig")
             # No references to unregistered runtime kinds (a bypassed webhook's odd jobs): each would be
             # logged as a warning, the first lines a newcomer reads.
+            # The pods of the jobs' JobSets too: the pod series and the dcgm-exporter's GPUs show at once.
             generator = WorkloadGenerator(
-                sim.store, seed=workload.seed, max_jobs=max(1, workload.jobs), unregistered_ratio=0.0
+                sim.store,
+                seed=workload.seed,
+                max_jobs=max(1, workload.jobs),
+                unregistered_ratio=0.0,
+                pods=True,
             )
             runtimes = generator.load_runtimes()
             # Some jobs exist before the service starts (its initial list), the rest arrive live.

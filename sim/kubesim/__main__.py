@@ -61,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=("Hostname", "hostname"),
         help="the host label's name: Hostname (dcgm-exporter 4.x, default) or hostname (its main branch)",
     )
+    p.add_argument(
+        "--no-pods",
+        action="store_true",
+        help="run no pods for the TrainJobs' JobSets (default: their pods are created, bound, run and fail)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -86,6 +91,7 @@ async def serve(args: argparse.Namespace) -> None:
             max_jobs=max(args.jobs, 1),
             time_warp=args.time_warp,
             unregistered_ratio=args.unregistered_ratio,
+            pods=not args.no_pods,
         )
         generator.load_runtimes()
         if args.jobs:

@@ -53,6 +53,10 @@ class ReplicaHandle:
     def trainjob_rvs(self) -> list[int]:
         raise NotImplementedError
 
+    def pod_rvs(self) -> list[int]:
+        """The pods informers' resourceVersions (none before a pods informer is built)."""
+        raise NotImplementedError
+
     def pending(self) -> int:
         raise NotImplementedError
 
@@ -108,6 +112,10 @@ class InProcessReplica(ReplicaHandle):
 
     def trainjob_rvs(self) -> list[int]:
         return [int(i.resource_version or 0) for i in self.service._trainjob_informers]
+
+    def pod_rvs(self) -> list[int]:
+        watches = self.service.pods.pod_watches
+        return [int(w.informer.resource_version or 0) for w in watches if w.informer is not None]
 
     def pending(self) -> int:
         return self.service.state.pending_count
@@ -234,6 +242,9 @@ class ProcessReplica(ReplicaHandle):
 
     def trainjob_rvs(self) -> list[int]:
         return list(self.status.get("rvs", [0]))
+
+    def pod_rvs(self) -> list[int]:
+        return list(self.status.get("pod_rvs", []))
 
     def pending(self) -> int:
         return int(self.status.get("pending", 0))

@@ -146,6 +146,7 @@ class JobActions(MultiKueueEvents):
             self.population.move(rec, ORPHANED)
             return
         rec.job = plan
+        self._plan_pods(rec, stored)
         if late:
             rec.controller_behind = True
             return

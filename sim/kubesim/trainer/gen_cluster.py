@@ -21,8 +21,8 @@ from typing import Any, Final
 from kubesim.trainer import controller, jobset, kueue
 from kubesim.trainer.controller import TrainJob
 from kubesim.trainer.gen_adversarial import bend_status
+from kubesim.trainer.gen_pods import PodEvents
 from kubesim.trainer.gen_population import FINISHED, ORPHANED, PENDING, REMOTE, RUNNING, SUSPENDED, JobRecord
-from kubesim.trainer.gen_writes import StoreWrites
 from kubesim.trainer.jobset import JobSetRun
 from kubesim.trainer.shapes_runtimes import RuntimeChoice
 from kubesim.trainer.shapes_status import TrainingRun
@@ -47,7 +47,7 @@ POD_FAILURE_POLICY_SHARE: Final = (
 PASS_WEIGHT: Final = 3.0  # the JobSet controller answers within moments; pods take longer
 
 
-class ClusterEvents(StoreWrites):
+class ClusterEvents(PodEvents):
     """advance, progress, start, train, finish, fail, refresh and the deadline queue."""
 
     rng: random.Random
@@ -124,6 +124,7 @@ class ClusterEvents(StoreWrites):
         if jobset_pass and job.jobset is not None:
             self._jobset_pass(job.jobset)
         if not controller.reconcile(job, self._now(rec)):
+            self._sync_pods(rec)  # the child Jobs may have moved without a status change
             return False
         self._write_job(rec)
         return True
@@ -260,6 +261,7 @@ class ClusterEvents(StoreWrites):
             targets = sorted(run.spec.success_targets or rec.runtime.training)
             if outcome == "Failed" and ready:
                 self._fail_child(rec.runtime, run, ready)
+                self._sync_pods(rec)  # the failed pods, before a restart's pass deletes them
             elif all(run.phase(name) == jobset.READY for name in targets):
                 for name in targets:
                     jobset.set_phase(run, name, jobset.SUCCEEDED)
@@ -326,6 +328,7 @@ class ClusterEvents(StoreWrites):
                 jobset.set_phase(run, name, jobset.SUCCEEDED)
         elif ready:
             self._fail_child(rec.runtime, run, ready, reason)
+            self._sync_pods(rec)
         else:  # a trainer of 0 pods cannot fail: it completes
             self.advance(rec)
             return
@@ -345,6 +348,7 @@ class ClusterEvents(StoreWrites):
             self.advance(rec)
             return
         self._fail_child(rec.runtime, run, started)
+        self._sync_pods(rec)
         self._settle(rec)
 
     def _fail_child(

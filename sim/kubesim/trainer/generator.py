@@ -28,6 +28,7 @@ from kubesim.apiserver.storage.store import Store
 from kubesim.trainer import shapes
 from kubesim.trainer.gen_actions import COMPLETE, FAILED
 from kubesim.trainer.gen_drivers import Drivers
+from kubesim.trainer.gen_pods import JobPods
 from kubesim.trainer.gen_population import PENDING, RUNNING, SUSPENDED, JobRecord, PhaseBucket, Population
 from kubesim.trainer.gen_runtimes import RuntimeCatalog
 from kubesim.trainer.gen_writes import StoreLike
@@ -61,6 +62,7 @@ class WorkloadGenerator(Drivers):
         time_warp: float = DEFAULT_TIME_WARP,
         clock: Callable[[], float] = time.time,
         min_delete_age: float = 0.0,
+        pods: bool = False,
     ) -> None:
         """``max_jobs`` bounds the live population step() keeps; ``time_warp`` stretches time as the
         cluster's controllers see it (a job's condition times are its creation + elapsed * warp, and its
@@ -76,7 +78,10 @@ class WorkloadGenerator(Drivers):
         real cluster where finished jobs stay for minutes to days (a TTL, a user, a pipeline cleaning up).
         0 (the default) deletes at once. A job created, finished and deleted within one relist gap of a
         list+watch client is invisible to it; this bounds how short-lived the generated jobs are.
-        ``lifecycles()`` ignores it (its driver deletes when the lifecycle ends)."""
+        ``lifecycles()`` ignores it (its driver deletes when the lifecycle ends).
+
+        ``pods``: run the pods of the jobs' JobSets too (``gen_pods.py``; needs the real ``Store``), whose
+        failures the truth counts."""
         self.store = store
         self._direct = store if isinstance(store, Store) else None
         self.rng = random.Random(seed)
@@ -104,6 +109,9 @@ class WorkloadGenerator(Drivers):
         self._salt = "".join(self.rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3))
         self._sequence = 0
         self._huge_jobs = 0
+        self.run_pods = pods
+        self._node_seq = 0
+        self._pods: dict[str, JobPods] = {}
 
     @property
     def runtimes(self) -> list[RuntimeChoice]:

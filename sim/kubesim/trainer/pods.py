@@ -64,9 +64,11 @@ def pod_phase(child_job_phase: str) -> str | None:
     return None
 
 
-def pod_suffix(job_uid: str, index: int, restart: int) -> str:
-    """A stable stand-in for the Job controller's random five-character suffix (deterministic for replays)."""
-    digest = hashlib.sha256(f"{job_uid}/{index}/{restart}".encode()).digest()
+def pod_suffix(job_uid: str, index: int, restart: int, incarnation: int = 0) -> str:
+    """A stable stand-in for the Job controller's random five-character suffix (deterministic for replays);
+    ``incarnation`` tells apart the pods a Job creates again for one index (after a suspension)."""
+    seed = f"{job_uid}/{index}/{restart}" + (f"/{incarnation}" if incarnation else "")
+    digest = hashlib.sha256(seed.encode()).digest()
     return "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
 
 
@@ -83,6 +85,7 @@ def pod_manifest(
     containers: list[Mapping[str, Any]],
     node: str | None,
     phase: str,
+    incarnation: int = 0,
 ) -> dict[str, Any]:
     """One pod of a child Job as the Job controller creates it from JobSet's pod template."""
     job = child_job_name(jobset, replicated_job, job_index)
@@ -94,7 +97,7 @@ def pod_manifest(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"{job}-{index}-{pod_suffix(job_uid, completion_index, restart)}",
+            "name": f"{job}-{index}-{pod_suffix(job_uid, completion_index, restart, incarnation)}",
             "namespace": namespace,
             "labels": {
                 JOBSET_NAME_LABEL: jobset,
@@ -120,3 +123,67 @@ def pod_manifest(
         "spec": spec,
         "status": {"phase": phase},
     }
+
+
+# Why a pod of a failed child Job failed, as the kubelet or the container runtime words it: (pod
+# status.reason, the failed container's terminated reason, its exit code). The kubelet writes status.reason
+# ``Evicted`` (pkg/kubelet/eviction, eviction_manager.go Reason) and ``DeadlineExceeded``
+# (pkg/kubelet/active_deadline.go); the runtime terminates a container ``OOMKilled`` (137) or ``Error``.
+Failure = tuple[str | None, str, int]
+EVICTED: Final[Failure] = ("Evicted", "Error", 137)
+DEADLINE_EXCEEDED: Final[Failure] = ("DeadlineExceeded", "Error", 137)
+OOM_KILLED: Final[Failure] = (None, "OOMKilled", 137)
+ERROR: Final[Failure] = (None, "Error", 1)
+# A Job's podFailurePolicy fails it on this exit code (the simulated restartable runtime's rule).
+POLICY_EXIT: Final[Failure] = (None, "Error", 42)
+CRASHES: Final = (OOM_KILLED, ERROR, ERROR, EVICTED, DEADLINE_EXCEEDED)
+_MESSAGES: Final = {
+    "Evicted": "The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. ",
+    "DeadlineExceeded": "Pod was active on the node longer than the specified deadline",
+}
+
+
+def failure_of(pod_name: str, job_reason: str) -> Failure:
+    """Why one pod of a child Job that failed for ``job_reason`` failed: the exit code a pod failure policy
+    matches (``PodFailurePolicy``), else a crash drawn from the pod's name (stable, no random draw)."""
+    if job_reason == jobset.POD_FAILURE_POLICY:
+        return POLICY_EXIT
+    digest = hashlib.sha256(pod_name.encode()).digest()
+    return CRASHES[digest[0] % len(CRASHES)]
+
+
+def pod_status(
+    phase: str, containers: list[Mapping[str, Any]], when: str, failure: Failure | None = None
+) -> dict[str, Any]:
+    """The ``status`` the kubelet reports for a pod in ``phase`` (pods/status): a running pod's containers
+    running, a finished pod's terminated (exit 0 ``Completed``, or ``failure``'s on the first container)."""
+    status: dict[str, Any] = {"phase": phase}
+    if phase == "Pending":
+        return status
+    status["startTime"] = when
+    states = []
+    for i, container in enumerate(containers):
+        name = str(container.get("name", ""))
+        if phase == "Running":
+            state: dict[str, Any] = {"running": {"startedAt": when}}
+        elif phase == "Failed" and failure is not None and i == 0:
+            state = {"terminated": {"exitCode": failure[2], "reason": failure[1], "finishedAt": when}}
+        elif phase == "Failed":
+            state = {"terminated": {"exitCode": 143, "reason": "Error", "finishedAt": when}}
+        else:
+            state = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": when}}
+        states.append(
+            {
+                "name": name,
+                "ready": phase == "Running",
+                "restartCount": 0,
+                "image": str(container.get("image", "")),
+                "imageID": "",
+                "state": state,
+            }
+        )
+    status["containerStatuses"] = states
+    if phase == "Failed" and failure is not None and failure[0] is not None:
+        status["reason"] = failure[0]
+        status["message"] = _MESSAGES.get(failure[0], "")
+    return status

@@ -42,6 +42,9 @@ class SoakConfig:
     seed: int = 20240611
     rate: float = 120.0  # generator steps per second
     max_jobs: int = 500  # mostly finished jobs waiting out min_delete_age
+    # The simulated cluster runs the TrainJobs' pods (their churn and failures: pod_failures_total, the pods
+    # watch's faults); False: TrainJobs alone.
+    pods: bool = True
     # A finished TrainJob is deleted no sooner than this (and an unfinished one cancelled no sooner after its
     # creation): real clusters keep finished jobs for minutes to days. With 0 (the generator's default) a
     # job could finish and be deleted within one informer relist gap (docs/reliability.md).

@@ -27,7 +27,7 @@ async def episode(soak: Soak, kind: str) -> dict[str, Any]:
     f = soak.sim.faults
     rng = soak.rng
     info: dict[str, Any] = {"kind": kind, "t": soak.t()}
-    watched = ("trainjobs", "trainingruntimes", "clustertrainingruntimes", None)
+    watched = ("trainjobs", "trainingruntimes", "clustertrainingruntimes", "pods", None)
     if kind == "stall_watches":
         # Start from a calm state, so the stall alone decides staleness. Fresh activity legitimately
         # restarts the inactivity clock: a list, or a new stream after a reset (not after a silent
@@ -38,6 +38,8 @@ async def episode(soak: Soak, kind: str) -> dict[str, Any]:
         calm = await soak.wait_for(
             lambda: soak.all_ready() and soak.all_watching(), waits(soak.cfg).ready_after_faults
         )
+        # Not the pods alone: readiness does not wait for the pods watch (app/replica/pods.py), so a
+        # stall of it alone is not one readiness must show; None stalls it with the others.
         resource = rng.choice(("trainjobs", None))
         duration = soak.cfg.inactivity_timeout + rng.uniform(*soak.cfg.stall_extra)
         start = soak.t()

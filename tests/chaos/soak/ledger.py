@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.handover.watermarks import WATERMARK_ANNOTATION
+from app.handover.watermarks import Watermarks, parse_watermarks
 from app.replica.service import Service
 from kubesim.apiserver.core import LEASES
 from kubesim.apiserver.status import StoreError
@@ -16,6 +16,7 @@ FINISHED = "kubeflow_trainer_trainjob_finished_total"
 LIFETIME_COUNT = "kubeflow_trainer_trainjob_lifetime_seconds_count"
 NODES_COUNT = "kubeflow_trainer_trainjob_requested_training_nodes_per_job_count"
 ACCEL_COUNT = "kubeflow_trainer_trainjob_requested_accelerators_count"
+POD_FAILURES = "kubeflow_trainer_trainjob_pod_failures_total"
 JOBS = "kubeflow_trainer_trainjobs"
 LEASE_NAME = "trainer-metrics"
 LEASE_NS = "default"
@@ -26,6 +27,7 @@ COUNTERS: dict[str, tuple[tuple[str, ...], str]] = {
     FINISHED: (("result", "reason", "runtime_ref"), "finished"),
     LIFETIME_COUNT: (("result", "runtime_ref"), "finished_by_result"),
     NODES_COUNT: (("runtime_ref",), "created_by_ref"),
+    POD_FAILURES: (("namespace", "runtime_ref", "reason"), "pod_failures"),
 }
 # Summed over accelerator_class, keyed by runtime_ref (a created job is observed once per accelerator class
 # it requests, or once as "none").
@@ -88,13 +90,10 @@ def _add_into(acc: Values, v: Values) -> None:
             dst[k] = dst.get(k, 0.0) + x
 
 
-def published_watermark(sim: SimulatedCluster) -> int | None:
+def published_watermarks(sim: SimulatedCluster) -> Watermarks | None:
+    """The watermarks in the Lease by stream ("" the TrainJobs', "pods/" the pods'), None when absent."""
     try:
         lease = sim.store.get(LEASES, LEASE_NS, LEASE_NAME)
     except StoreError:
         return None
-    raw = (lease.get("metadata") or {}).get("annotations", {}).get(WATERMARK_ANNOTATION)
-    try:
-        return int(raw) if raw is not None else None
-    except ValueError:
-        return None
+    return parse_watermarks((lease.get("metadata") or {}).get("annotations") or {})

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kubesim.apiserver.core import PODS
 from kubesim.trainer.kinds import TRAINJOBS
 from tests.chaos.memory import plot as plot_memory
 from tests.chaos.soak.config import waits
@@ -20,12 +21,15 @@ from tests.chaos.soak.ledger import (
     FINISHED,
     LIFETIME_COUNT,
     NODES_COUNT,
+    POD_FAILURES,
     Values,
     _add_into,
 )
 from tests.chaos.soak.promql import promql_invariants, promql_report
-from tests.chaos.soak.terms import Term
+from tests.chaos.soak.terms import POD_STREAM, Term
 from tests.support.replica_process import image_malloc_env
+
+STREAMS = ("", POD_STREAM)  # the TrainJob stream and the pods stream of one watch over all namespaces
 
 if TYPE_CHECKING:
     from tests.chaos.soak.runner import Soak
@@ -50,9 +54,15 @@ def build_report(
     created = end_truth.created_since(start_truth)
     finished = end_truth.finished_since(start_truth)
     truth, unobservable_counts, unobservable_uids = expected_counts(soak, start_truth, end_truth)
+    # Pod failures a replica saw while it did not cache their TrainJob: not counted by it.
+    unjoined_off, unjoined_allowance, unjoined_counts = soak.visibility.unjoined(start_truth.resource_version)
+    for name, by_key in unjoined_off.items():
+        for key, n in by_key.items():
+            truth[name][key] = truth[name].get(key, 0) - n
     ordered = sorted(soak.recorder.terms, key=lambda t: t.started)
     terms = hand_overs(soak, ordered)
     doubles, handovers, allowance = terms.doubles, terms.handovers, terms.allowance
+    _add_into(allowance, unjoined_allowance)
     promql = promql_report(soak, truth, allowance)
     differences, violations, per_counter = compare_counts(terms.summed, truth, allowance)
     truth_jobs = {k: float(v) for k, v in end_truth.jobs.items() if v}
@@ -73,6 +83,12 @@ def build_report(
         "lifecycles_finished": lifecycles,
         "unobservable_edges": unobservable_counts,
         "unobservable_examples": unobservable_uids,
+        "pod_failures_unjoined": unjoined_counts,
+        "pod_failures": {
+            "truth_total": sum(end_truth.pod_failures_since(start_truth).values()),
+            "expected_total": sum(truth[POD_FAILURES].values()),
+            "pods_end": len(soak.sim.store.list(PODS, None)[0]),
+        },
         "relists_per_replica": {
             f"{sp.identity}#{i}": len(sp.relists) for i, sp in enumerate(soak.visibility.spans)
         },
@@ -153,6 +169,8 @@ def expected_counts(soak: Soak, start_truth: Any, end_truth: Any) -> tuple[Value
     created = end_truth.created_since(start_truth)
     finished = end_truth.finished_since(start_truth)
     truth: Values = {name: {} for name in (*COUNTERS, ACCEL_COUNT)}
+    for key, n in end_truth.pod_failures_since(start_truth).items():
+        truth[POD_FAILURES][key] = n
     for (ns, ref), n in created.items():
         truth[CREATED][(ns, ref)] = truth[CREATED].get((ns, ref), 0) + n
         truth[NODES_COUNT][(ref,)] = truth[NODES_COUNT].get((ref,), 0) + n
@@ -191,11 +209,11 @@ def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
     handovers: list[dict[str, Any]] = []
     overlaps: list[str] = []
 
-    def relisted(identity: str, edge_rv: int, seen_rv: int) -> bool:
+    def relisted(identity: str, edge_rv: int, seen_rv: int, stream: str = "") -> bool:
         return any(
             before < edge_rv and seen_rv <= listed
             for span in soak.visibility.spans
-            if span.identity == identity
+            if span.identity == identity and span.stream == stream
             for before, listed in span.relists
         )
 
@@ -211,9 +229,17 @@ def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
             overlaps.append(
                 f"{prev.identity} [{prev.started}, {prev.stopped}] / {term.identity} @ {term.started}"
             )
-        floor = term.floor if term.floor is not None else -1
-        exact = prev.final_watermark is None or floor >= prev.final_watermark
-        risky = [series for rv, series in prev.at_risk if rv > floor]
+        exact = all(
+            prev.final_watermark_of(stream) is None
+            or (term.floor_of(stream) if term.floor_of(stream) is not None else -1)
+            >= (prev.final_watermark_of(stream) or 0)
+            for stream in STREAMS
+        )
+        risky = []
+        for stream in STREAMS:
+            stream_floor = term.floor_of(stream)
+            stream_floor = stream_floor if stream_floor is not None else -1
+            risky += [series for rv, series in prev.risk_of(stream) if rv > stream_floor]
         for series in risky:
             for name, key in series:
                 allowance.setdefault(name, {})[key] = allowance.get(name, {}).get(key, 0) + 1
@@ -225,6 +251,8 @@ def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
                 "gap_s": round(term.started - (prev.stopped or term.started), 3),
                 "old_watermark": prev.final_watermark,
                 "new_floor": term.floor,
+                "old_pod_watermark": prev.final_watermark_of(POD_STREAM),
+                "new_pod_floor": term.floor_of(POD_STREAM),
                 "exact": exact,
                 "may_double_count": len(risky),
             }
@@ -235,23 +263,28 @@ def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
         # (app/handover/gap.py). Each is classified: "shown" when a served render of the old term showed
         # its count (the served ledger's record: PromQL has it), else "lost" (PromQL never sees it):
         # unexplained. The replayed ones (counted again) are not suspects: the crash bound's doubles.
-        for rv, kind, uid, since in prev.at_risk_edges if prev.how != "graceful" else ():
-            if rv > floor and soak.recorder.times_counted[(kind, uid)] == 1:
-                not_recounted.append(
-                    {
-                        "kind": kind,
-                        "uid": uid,
-                        "rv": rv,
-                        "since": since,
-                        "by": prev.identity,
-                        "how": prev.how,
-                        "stopped": prev.stopped,
-                        "published_at_stop": prev.published_at_stop,
-                        "next_floor": term.floor,
-                        "to": term.identity,
-                        "class": "shown" if prev.was_shown(rv, since) else "lost",
-                    }
-                )
+        for stream in STREAMS if prev.how != "graceful" else ():
+            stream_floor = term.floor_of(stream)
+            stream_floor = stream_floor if stream_floor is not None else -1
+            for rv, kind, uid, since in prev.risk_edges_of(stream):
+                if rv > stream_floor and soak.recorder.times_counted[(kind, uid)] == 1:
+                    not_recounted.append(
+                        {
+                            "kind": kind,
+                            "uid": uid,
+                            "rv": rv,
+                            "since": since,
+                            "by": prev.identity,
+                            "how": prev.how,
+                            "stopped": prev.stopped,
+                            "published_at_stop": prev.published_at_stop
+                            if stream == ""
+                            else prev.pod_published_at_stop,
+                            "next_floor": term.floor_of(stream),
+                            "to": term.identity,
+                            "class": "shown" if prev.was_shown(rv, since, stream) else "lost",
+                        }
+                    )
     # The second documented bound: an edge a follower's relist surfaced with a newer rv than the edge,
     # above the floor it took over from (verified per edge against that replica's relists).
     seen_late = [d for d in doubles if d["cause"] == "seen late with a newer rv"]

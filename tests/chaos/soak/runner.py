@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.handover.watermarks import WATERMARK_ANNOTATION
+from app.handover.watermarks import parse_watermarks
 from app.replica.service import Service
-from kubesim.apiserver.core import LEASES
+from kubesim.apiserver.core import LEASES, PODS
 from kubesim.trainer.cluster import SimulatedCluster
 from kubesim.trainer.generator import WorkloadGenerator
 from tests.chaos.memory import ProcessMemory
@@ -35,7 +35,7 @@ from tests.chaos.soak.own_memory import rss_bytes, trimmed_rss_bytes
 from tests.chaos.soak.promql import read_visible_counts
 from tests.chaos.soak.report import build_report
 from tests.chaos.soak.terms import Recorder
-from tests.chaos.soak.visibility import Span, Visibility
+from tests.chaos.soak.visibility import POD_STREAM, Span, Visibility
 from tests.chaos.tap import Record
 from tests.support import promql_visible
 from tests.support.fleet import FleetPrometheus
@@ -82,11 +82,11 @@ class Soak:
         self.t0 = time.monotonic()
         self.wall0 = time.time() - (time.monotonic() - self.t0)  # time.time() at t0
         self.problems: list[str] = []  # things that went wrong in the harness itself
-        self.lease_watermark: int | None = None  # highest watermark written to the Lease so far
+        self.lease_watermark: dict[str, int] = {}  # per stream, the highest written to the Lease so far
         self.lease_writes = 0
         self.watermark_decreases: list[str] = []
         self.visibility = Visibility()
-        self.spans: dict[str, Span] = {}
+        self.spans: dict[str, dict[str, Span]] = {}  # identity -> its span of each stream
         self.stopped_services: list[tuple[str, weakref.ref[Service]]] = []
         self.memory: dict[str, dict[str, Any]] = {}  # "warm" / "end": structure sizes, traced MB by part
         self.trimmed: dict[str, int] = {}  # "warm" / "end": trimmed_rss_bytes() of this process
@@ -131,10 +131,13 @@ class Soak:
             "handover_journal_size": self.cfg.journal_size,
             "lease_name": LEASE_NAME,
         }
-        span = self.visibility.span(identity, lambda: self._rv_of(identity))
+        spans = {
+            "": self.visibility.span(identity, lambda: self._rv_of(identity)),
+            POD_STREAM: self.visibility.span(identity, lambda: self._pod_rv_of(identity), POD_STREAM),
+        }
 
         def on_record(record: Record) -> None:
-            self.on_record(identity, slot, span, record)
+            self.on_record(identity, slot, spans, record)
 
         handle: ReplicaHandle
         if self.cfg.processes:
@@ -155,7 +158,7 @@ class Soak:
                 self.kubeconfig, identity, slot, self.slots, on_record, **overrides
             )
         handle.resident = resident
-        self.spans[identity] = span
+        self.spans[identity] = spans
         self.live[identity] = handle
         return identity
 
@@ -163,7 +166,11 @@ class Soak:
         handle = self.live.get(identity)
         return min(handle.trainjob_rvs(), default=0) if handle is not None else 0
 
-    def on_record(self, identity: str, slot: int, span: Span, record: Record) -> None:
+    def _pod_rv_of(self, identity: str) -> int:
+        handle = self.live.get(identity)
+        return min(handle.pod_rvs(), default=0) if handle is not None else 0
+
+    def on_record(self, identity: str, slot: int, spans: dict[str, Span], record: Record) -> None:
         """A tap record of one replica instance (tests/chaos/tap.py)."""
         kind = record["k"]
         if kind == "count":
@@ -186,7 +193,9 @@ class Soak:
         elif kind == "shown":
             self.recorder.shown(identity, record)
         elif kind in ("initial", "relist"):
-            span.record(record)
+            spans[record.get("stream", "")].record(record)
+        elif kind == "pod_seen":
+            self.visibility.saw_pod(identity, record)
 
     async def scrape_without_prometheus(self, stop: asyncio.Event) -> None:
         """Without a Prometheus binary: read every replica's /metrics each scrape interval, as one would
@@ -212,12 +221,14 @@ class Soak:
 
     async def stop_replica(self, identity: str, *, kill: bool) -> None:
         self._check_replica(identity)
+        spans = self.spans.pop(identity)
+        # The rv its informers reached, before it stops (a killed process answers nothing after), read
+        # while it is still among the live ones (``_rv_of`` finds no other).
+        for span in spans.values():
+            span.stop_rv = span.current_rv()
         handle = self.live.pop(identity)
         if isinstance(handle, InProcessReplica):
             self.stopped_services.append((identity, weakref.ref(handle.service)))
-        span = self.spans.pop(identity)
-        # The rv its informer reached, before it stops (a killed process answers nothing after).
-        span.stop_rv = span.current_rv()
         self.recorder.pending_how[identity] = "killed" if kill else "graceful"
         try:
             await handle.stop(kill=kill)
@@ -226,7 +237,8 @@ class Soak:
             # wrote has been handled by then). In this process, kill() wrote one.
             self.recorder.stop(identity, time.monotonic(), time.time())
             self.recorder.pending_how.pop(identity, None)
-            self.visibility.stopped(span)
+            for span in spans.values():
+                self.visibility.stopped(span)
             await self.slots.retire(handle.slot)  # its port stays held; a scrape is reset from now on
             if isinstance(handle, ProcessReplica):
                 self.process_errors.extend(f"{identity}: {text}" for text in handle.errors)
@@ -251,22 +263,28 @@ class Soak:
         return all(e.ready() for e in self.live.values())
 
     def on_lease_write(self, event: Any) -> None:
-        """Every committed Lease write: its watermark must never go below one published before it (each
-        published watermark was counted up to; a lower one lets a takeover recount)."""
+        """Every committed Lease write: no stream's watermark may go below one published before it (each
+        published watermark was counted up to; a lower one lets a takeover recount). A pod deleted: its
+        failure's visibility (``Visibility.pod_deleted``)."""
+        if event.resource == PODS:
+            if event.type == "DELETED":
+                self.visibility.pod_deleted(str(event.entry.obj["metadata"].get("uid", "")), event.rv)
+            return
         if event.resource != LEASES or event.type == "DELETED":
             return
-        raw = (event.entry.obj.get("metadata") or {}).get("annotations", {}).get(WATERMARK_ANNOTATION)
-        if raw is None or not raw.isdigit():
+        marks = parse_watermarks((event.entry.obj.get("metadata") or {}).get("annotations") or {})
+        if not marks:
             return
-        value = int(raw)
         holder = (event.entry.obj.get("spec") or {}).get("holderIdentity")
-        if self.lease_watermark is not None and value < self.lease_watermark:
-            self.watermark_decreases.append(
-                f"{self.t()}: {holder!r} wrote {value} after {self.lease_watermark}"
-            )
-        self.lease_watermark = max(value, self.lease_watermark or 0)
+        for stream, value in marks.items():
+            before = self.lease_watermark.get(stream)
+            if before is not None and value < before:
+                self.watermark_decreases.append(
+                    f"{self.t()}: {holder!r} wrote {value} after {before} (stream {stream!r})"
+                )
+            self.lease_watermark[stream] = max(value, before or 0)
         self.lease_writes += 1
-        self.recorder.lease_written(holder, value)
+        self.recorder.lease_written(holder, marks)
 
     def all_watching(self) -> bool:
         return all(e.watching() for e in self.live.values())
@@ -305,6 +323,7 @@ class Soak:
                     namespaces=cfg.namespaces,
                     max_jobs=cfg.max_jobs,
                     min_delete_age=cfg.min_delete_age,
+                    pods=cfg.pods,
                 )
                 self.gen.load_runtimes()
                 self.visibility.attach_truth(self.gen.truth)
@@ -406,7 +425,10 @@ class Soak:
         def settled() -> bool:
             if self.leader() is None or not self.all_ready():
                 return False
-            return all(min(e.trainjob_rvs(), default=0) >= end_rv for e in self.live.values())
+            return all(
+                min(e.trainjob_rvs(), default=0) >= end_rv and min(e.pod_rvs(), default=end_rv) >= end_rv
+                for e in self.live.values()
+            )
 
         ok = await self.wait_for(settled, cfg.settle_timeout)
         if not ok:

@@ -20,7 +20,21 @@ def render_table(report: dict[str, Any]) -> str:
     row("generator steps", report["generator_steps"])
     row("TrainJobs created / finished", f"{report['trainjobs_created']} / {report['lifecycles_finished']}")
     u = report["unobservable_edges"]
-    row("edges no replica could see (excluded)", f"created {u['created']}, finished {u['finished']}")
+    row(
+        "edges no replica could see (excluded)",
+        f"created {u['created']}, finished {u['finished']}, pod failures {u.get('pod_failed', 0)}",
+    )
+    pods = report.get("pod_failures") or {}
+    if pods:
+        j = report["pod_failures_unjoined"]
+        row(
+            "pod failures: truth / expected, pods at end",
+            f"{pods['truth_total']} / {pods['expected_total']}, {pods['pods_end']}",
+        )
+        row(
+            "  seen without their TrainJob (excluded)",
+            f"by every replica {j['unjoined_everywhere']}, by some {j['unjoined_somewhere']} (allowed once)",
+        )
     row("live TrainJobs at end (max_jobs)", f"{report['live_trainjobs_end']} ({report['max_jobs']})")
     for kind in FAULT_KINDS:
         row(f"  episodes: {kind}", report["episodes_by_kind"].get(kind, 0))

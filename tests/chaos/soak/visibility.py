@@ -1,4 +1,5 @@
-"""Which countable edges no replica could observe (each replica's span of the TrainJob stream)."""
+"""Which countable edges no replica could observe (each replica's span of the TrainJob stream and of the pods
+stream), and which pod failures a replica saw without their TrainJob (``unjoined``: not counted by it)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.chaos.soak.ledger import ACCEL_COUNT, CREATED, FINISHED, LIFETIME_COUNT, NODES_COUNT, Values
+from kubesim.trainer.truth_pods import failed_pod_key, trainjob_of
+from tests.chaos.soak.ledger import (
+    ACCEL_COUNT,
+    CREATED,
+    FINISHED,
+    LIFETIME_COUNT,
+    NODES_COUNT,
+    POD_FAILURES,
+    Values,
+)
 from tests.chaos.tap import Record
+
+POD_STREAM = "pods/"
 
 
 @dataclass
 class Span:
-    """What one replica (one instance) could observe of the TrainJob stream, in resourceVersions."""
+    """What one replica (one instance) could observe of one stream (the TrainJobs', ``""``, or the pods',
+    ``"pods/"``), in resourceVersions."""
 
     identity: str
+    stream: str = ""
     initial_rv: int | None = None  # its initial list: edges at or below it are never counted by it
     stop_rv: int | None = None  # the rv its informer had reached when it stopped
     relists: list[tuple[int, int]] = field(default_factory=list)  # (rv held before, list rv)
@@ -37,7 +51,7 @@ class Span:
         return self.rv_now() if self.rv_now is not None else 0
 
     def record(self, record: Record) -> None:
-        """An ``initial`` or ``relist`` record of its TrainJob informer."""
+        """An ``initial`` or ``relist`` record of its informer of this stream."""
         if record["k"] == "initial":
             self.initial_rv = record["rv"]
         else:
@@ -59,10 +73,15 @@ class Visibility:
     def __init__(self) -> None:
         self.spans: list[Span] = []
         self.edges: dict[str, _Edges] = {}
+        # pod uid -> [failed rv, the pod_failures series, None, None, deleted rv] (the layout of ``edges``)
+        self.pod_edges: dict[str, _Edges] = {}
+        # pod uid -> (replicas that saw it fail with its TrainJob cached, those that saw it without)
+        self.pod_seen: dict[str, tuple[set[str], set[str]]] = {}
         self.dropped_visible = 0
 
     def attach_truth(self, truth: Any) -> None:
         created, written, deleted = truth.job_created, truth.job_written, truth.job_deleted
+        pod_written_before = truth.pod_written
 
         def job_created(job: Any, *, malformed: bool = False) -> None:
             created(job, malformed=malformed)
@@ -97,10 +116,57 @@ class Visibility:
             if edges is not None:
                 edges[4] = resource_version
 
-        truth.job_created, truth.job_written, truth.job_deleted = job_created, job_written, job_deleted
+        def pod_written(pod: Any) -> None:
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid", ""))
+            had = uid in truth._failed_pods
+            pod_written_before(pod)
+            if had or uid not in truth._failed_pods:
+                return
+            owner = trainjob_of(pod)
+            entry = truth._by_name.get(owner) if owner is not None else None
+            key = failed_pod_key(pod, entry[1] if entry is not None else None)
+            if key is not None:
+                self.pod_edges[uid] = [_int_rv(meta), [(POD_FAILURES, key)], None, None, None]
 
-    def span(self, identity: str, rv_now: Callable[[], int]) -> Span:
-        span = Span(identity, rv_now=rv_now)
+        truth.job_created, truth.job_written, truth.job_deleted = job_created, job_written, job_deleted
+        truth.pod_written = pod_written
+
+    def pod_deleted(self, uid: str, resource_version: int) -> None:
+        """A pod is gone from the store (the generator's, or a namespace's deletion)."""
+        edges = self.pod_edges.get(uid)
+        if edges is not None:
+            edges[4] = resource_version
+
+    def saw_pod(self, identity: str, record: Record) -> None:
+        """A ``pod_seen`` record: ``identity`` saw the pod fail, with or without its TrainJob cached."""
+        joined, unjoined = self.pod_seen.setdefault(str(record["pod"]), (set(), set()))
+        (joined if record["joined"] else unjoined).add(identity)
+
+    def unjoined(self, after_rv: int) -> tuple[Values, Values, dict[str, int]]:
+        """Pod failures some replica saw while it did not cache their TrainJob (app/trainer/pod_failures.py:
+        not counted by it): (series -> count to take off the truth, series -> allowance, counts). Seen so by
+        every replica that saw it: no leader counts it. By some only: a leader may count it or not (the
+        leader then may not have been one that saw it joined), so it is allowed once but not required. Only
+        failures above ``after_rv`` (the truth's start) that some replica could observe."""
+        off: Values = {}
+        allowance: Values = {}
+        counts = {"unjoined_everywhere": 0, "unjoined_somewhere": 0}
+        for uid, (joined, unjoined) in self.pod_seen.items():
+            edges = self.pod_edges.get(uid)
+            if not unjoined or edges is None or edges[0] <= after_rv:
+                continue
+            if edges[4] is not None and self.hidden_from_all(edges[0], edges[4], POD_STREAM):
+                continue  # taken off as unobservable already
+            counts["unjoined_somewhere" if joined else "unjoined_everywhere"] += 1
+            for name, key in edges[1]:
+                off.setdefault(name, {})[key] = off.get(name, {}).get(key, 0) + 1
+                if joined:
+                    allowance.setdefault(name, {})[key] = allowance.get(name, {}).get(key, 0) + 1
+        return off, allowance, counts
+
+    def span(self, identity: str, rv_now: Callable[[], int], stream: str = "") -> Span:
+        span = Span(identity, stream, rv_now=rv_now)
         self.spans.append(span)
         return span
 
@@ -108,39 +174,55 @@ class Visibility:
         span.stop_rv = span.current_rv()
         span.rv_now = None
 
-    def hidden_from_all(self, edge_rv: int, deleted_rv: int | None) -> bool:
-        return all(span.hides(edge_rv, deleted_rv) for span in self.spans)
+    def hidden_from_all(self, edge_rv: int, deleted_rv: int | None, stream: str = "") -> bool:
+        return all(span.hides(edge_rv, deleted_rv) for span in self.spans if span.stream == stream)
 
     def prune(self) -> None:
-        """Forget deleted jobs whose edges some replica has provably seen (bounded memory)."""
-        for uid in [u for u, e in self.edges.items() if e[4] is not None]:
-            e = self.edges[uid]
-            deleted_rv = e[4]
-            if all(
-                rv is None
-                or any(
-                    not s.hides(rv, deleted_rv) and s.current_rv() >= deleted_rv and s.initial_rv is not None
-                    for s in self.spans
-                )
-                for rv in (e[0], e[2])
-            ):
-                del self.edges[uid]
-                self.dropped_visible += 1
+        """Forget deleted jobs and pods whose edges some replica has provably seen (bounded memory); a pod
+        some replica saw without its TrainJob is kept (``unjoined``)."""
+        for edges, stream in ((self.edges, ""), (self.pod_edges, POD_STREAM)):
+            for uid in [u for u, e in edges.items() if e[4] is not None]:
+                e = edges[uid]
+                deleted_rv = e[4]
+                if stream and self.pod_seen.get(uid, (set(), set()))[1]:
+                    continue
+                if all(
+                    rv is None
+                    or any(
+                        s.stream == stream
+                        and not s.hides(rv, deleted_rv)
+                        and s.current_rv() >= deleted_rv
+                        and s.initial_rv is not None
+                        for s in self.spans
+                    )
+                    for rv in (e[0], e[2])
+                ):
+                    del edges[uid]
+                    self.pod_seen.pop(uid, None)
+                    self.dropped_visible += 1
 
     def unobservable(self, after_rv: int) -> tuple[Values, dict[str, int], list[str]]:
         """Edges above ``after_rv`` (the truth's start): (series -> count to take off the truth, counts per
         edge kind, some of the uids)."""
         out: Values = {}
-        counts = {"created": 0, "finished": 0}
+        counts = {"created": 0, "finished": 0, "pod_failed": 0}
         uids: list[str] = []
-        for uid, (created_rv, created_series, terminal_rv, finished_series, deleted_rv) in self.edges.items():
+        all_edges = [(uid, e, "") for uid, e in self.edges.items()]
+        all_edges += [(uid, e, POD_STREAM) for uid, e in self.pod_edges.items()]
+        for uid, edges, stream in all_edges:
+            created_rv, created_series, terminal_rv, finished_series, deleted_rv = edges
             if deleted_rv is None:
                 continue  # still there at the end: every replica's cache has it
             for kind, rv, series in (
-                ("created", created_rv, created_series),
+                ("pod_failed" if stream else "created", created_rv, created_series),
                 ("finished", terminal_rv, finished_series),
             ):
-                if rv is None or series is None or rv <= after_rv or not self.hidden_from_all(rv, deleted_rv):
+                if (
+                    rv is None
+                    or series is None
+                    or rv <= after_rv
+                    or not self.hidden_from_all(rv, deleted_rv, stream)
+                ):
                     continue
                 counts[kind] += 1
                 if len(uids) < 50:
