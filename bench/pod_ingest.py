@@ -37,17 +37,22 @@ class Counting(Protocol):
 
 
 def pod_series(pipeline: Callable[[], tuple[Any, Any]], trainjob_list: bytes) -> Any:
-    """A ``PodSeries`` wired as the service wires it, told of every TrainJob of ``trainjob_list`` (a LIST
-    body) through the TrainJob handler chain the service builds (``PodJobHandler`` around TrainerState's)."""
+    """A ``PodSeries`` wired as the service wires it: every TrainJob of ``trainjob_list`` (a LIST body) held
+    in a cache the series reads (the TrainJob informer's, app/replica/pods.py ``TrainJobCaches``), each told
+    to the TrainJob handler chain the service builds (``PodJobHandler`` around TrainerState's)."""
     from app.metrics.pods import PodJobHandler, PodSeries
     from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 
     state, metric_state = pipeline()
-    series = PodSeries(on_change=metric_state.extra_changed)
+    cache: dict[tuple[str, str], Any] = {}
+    series = PodSeries(
+        lambda namespace, name: cache.get((namespace, name)), on_change=metric_state.extra_changed
+    )
     jobs = PodJobHandler(state.job_handler, series)
     for item in orjson.loads(trainjob_list)["items"]:
         job = TRAINJOB_PROJECTOR.from_json(item)
         if job is not None:
+            cache[(job.namespace, job.name)] = job  # the informer stores before it tells its handler
             jobs.on_added(job, True)
     return series
 

@@ -121,7 +121,6 @@ async def test_p1_pods_rows_run_the_pods_informer_and_the_kubernetes_asyncio_wat
     async with aiohttp.ClientSession() as session, session.get(url + TRAINJOBS.collection_path(None)) as resp:
         trainjob_list = await resp.read()
     series = pod_ingest.pod_series(_pipeline, trainjob_list)
-    assert series.jobs == 20
     live = await asyncio.wait_for(pod_ingest.informer_rate(kubeconfig, 200, series, _CountingHandler), 60)
     assert live > 0 and series.pods == 30
     statuses = series.pod_statuses()  # every pod's TrainJob is known to the series
