@@ -3,8 +3,9 @@ Deployment's leader lives, and the slope of its RSS.
 
 ``python -m tests.chaos.steady_leader --minutes 30 [--warmup 15] [--json out.json]``
 
-* a standalone simulated cluster in a process of its own (``python -m kubesim --jobs 500 --rate 20``: 500
-  TrainJobs kept alive, the generator creating, running, finishing and deleting them at 20 steps a second);
+* a standalone simulated cluster in its own process (``python -m kubesim --jobs 500 --rate 20 --no-pods``:
+  500 TrainJobs kept alive, the generator creating, running, finishing and deleting them at 20 steps a second;
+  ``--pods`` lets it run their pods too, which the service then watches);
 * one ``trainer-metrics`` process (tests/support/replica_process.py: the CLI itself, with the image's malloc
   settings and ``--memory``), leader election on; it takes the Lease and keeps it (the tool checks every
   minute that it still leads, with one leader term: the run fails otherwise);
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=15.0, help="minutes before the window starts")
     p.add_argument("--jobs", type=int, default=500)
     p.add_argument("--rate", type=float, default=20.0)
+    p.add_argument("--pods", action="store_true", help="the simulated cluster runs the TrainJobs' pods too")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--scrape-interval", type=float, default=15.0)
     p.add_argument("--sample-interval", type=float, default=5.0, help="seconds between RSS readings")
@@ -81,6 +83,8 @@ def measure(args: argparse.Namespace, log_dir: Path) -> tuple[dict[str, Any], bo
     sim_log = log_dir / "kubesim.log"
     sim_argv = [sys.executable, "-m", "kubesim", "--port", "0", "--kubeconfig", str(kubeconfig)]
     sim_argv += ["--jobs", str(args.jobs), "--rate", str(args.rate), "--seed", str(args.seed)]
+    if not args.pods:
+        sim_argv.append("--no-pods")
     sim_argv += ["--log-level", "WARNING"]
     settings: dict[str, Any] = {
         "kubeconfig": str(kubeconfig),
@@ -184,7 +188,7 @@ def measure(args: argparse.Namespace, log_dir: Path) -> tuple[dict[str, Any], bo
     points = [(t, b) for t, b in proc.rss if t >= start]
     report: dict[str, Any] = {
         "command": " ".join(["python -m tests.chaos.steady_leader", *sys.argv[1:]]),
-        "cluster": " ".join(["python -m kubesim", *sim_argv[7:13]]),
+        "cluster": " ".join(["python -m kubesim", *sim_argv[7:]]),
         "settings": {k: v for k, v in settings.items() if k != "kubeconfig"},
         "minutes": args.minutes,
         "warmup_minutes": args.warmup,
