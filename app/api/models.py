@@ -95,6 +95,12 @@ class PodSeriesStatus(BaseModel):
         "invalid_labels, not_holding, no_trainjob, older_than_trainjob, no_jobset_label)."
     )
     max_pods: int = Field(description="pod_series_max_pods: the cap on pods with a pod_info series.")
+    failed_pods: int = Field(description="Failed pods in the pods watch's cache (each counted at most once).")
+    unjoined_failures: int = Field(
+        description="Pods that failed while no TrainJob of theirs was cached, since start: not counted in "
+        "kubeflow_trainer_trainjob_pod_failures_total (their JobSet is no TrainJob's, or the TrainJob watch "
+        "lagged the pods watch for the pod's whole life)."
+    )
 
 
 class SnapshotResponse(BaseModel):

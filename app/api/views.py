@@ -94,6 +94,8 @@ def pod_series(service: Service, now: float) -> PodSeriesStatus:
         watches=watches,
         pods=pods.series.pod_statuses() if pods.enabled else {},
         max_pods=pods.series.max_pods,
+        failed_pods=pods.failures.failed_pods if pods.enabled else 0,
+        unjoined_failures=pods.failures.unjoined if pods.enabled else 0,
     )
 
 

@@ -149,6 +149,17 @@ async def test_pod_series_follow_the_pods_of_each_trainjob(sim: SimulatedCluster
 
         await eventually(moved, timeout=15, what="the series after a bind and a failure")
 
+        # A pod of no cached TrainJob fails: /debug shows it unjoined (app/trainer/pod_failures.py: never
+        # counted). Failed pods cached: llama's old one (failed before the first list), llama's and this one.
+        create_pod(sim, "ghost-node-0-0", job="ghost", node="gpu-7")
+        set_phase(sim, "ghost-node-0-0", "Failed")
+
+        async def unjoined() -> bool:
+            pods = (await r.http.get("/debug/snapshot")).json()["pods"]
+            return bool(pods["unjoined_failures"] == 1 and pods["failed_pods"] == 3)
+
+        await eventually(unjoined, timeout=15, what="the ghost pod's failure shown unjoined")
+
         # A new mistral TrainJob (a later second than the old pod: timestamps have whole seconds) and its
         # pod: the old pod, created before it, is not its. Then llama is deleted: its series go.
         await eventually(lambda: rfc3339(time.time()) > created, timeout=3, what="the next second")
