@@ -29,7 +29,12 @@ render that releases it, so an event in a series shown long ago is never delayed
 
 Bounded: at most ``max_tracked`` events wait to be seen. A leader nobody scrapes would otherwise grow
 without end; beyond it they are all forgotten *as not seen*: the watermark of each stream stays below
-them for the rest of the term (the next leader replays them from its journal, which is bounded the same).
+them (the next leader replays them from its journal, which is bounded the same) until they are seen as a
+whole: the first served render after the forgetting in which none of their series is held any more shows
+every one of them (counts only grow within a term), and once ``hold`` has passed since it, every scraper
+has seen them. Without that, a take-over that replays a full journal, or a burst while scrapes lag, would
+freeze the watermark for the rest of the term, and the next leader would count again what the scrapes had
+shown.
 
 Everything runs on the event loop thread.
 """
@@ -105,6 +110,10 @@ class ServedLedger:
         self._rendered: deque[tuple[float, list[_Item]]] = deque()
         self._tracked = 0  # counted this term and not seen yet
         self._order: deque[_Item] = deque()  # only while over max_tracked: oldest first, to forget
+        # While ``_stuck``: the forgotten events a held series keeps from the renders, and the time of
+        # the first render that showed every forgotten event (None: not yet).
+        self._stuck_held: list[CountableEvent] = []
+        self._stuck_shown_at: float | None = None
 
     # --- TrainerSink -------------------------------------------------------------------------------
 
@@ -166,8 +175,11 @@ class ServedLedger:
         return out
 
     def next_seen_at(self) -> float | None:
-        """clock() time at which the oldest rendered event will count as seen (None: none waits)."""
-        return self._rendered[0][0] + self._hold if self._rendered else None
+        """clock() time at which the oldest rendered event, or the forgotten ones, will count as seen
+        (None: none waits)."""
+        oldest = self._rendered[0][0] if self._rendered else None
+        due = [t + self._hold for t in (oldest, self._stuck_shown_at) if t is not None]
+        return min(due) if due else None
 
     async def wait_change(self, timeout: float) -> None:
         """Wait at most ``timeout`` seconds for the next served render."""
@@ -186,6 +198,11 @@ class ServedLedger:
     def _on_served(self, now: float, released: list[SeriesRef]) -> None:
         """TrainerMetricState's served listener: a render at ``now`` built the body being served."""
         self.last_render = now
+        if self._stuck and self._stuck_shown_at is None:
+            held_series_of = self._target.held_series_of
+            self._stuck_held = [event for event in self._stuck_held if held_series_of(event) is not None]
+            if not self._stuck_held:
+                self._stuck_shown_at = now  # this render shows every forgotten event
         for ref in released:
             for item, event in self._parked.pop(ref, ()):
                 # Released from this series; another of its series may still be held.
@@ -205,6 +222,9 @@ class ServedLedger:
 
     def _advance(self, now: float) -> None:
         limit = now - self._hold
+        if self._stuck_shown_at is not None and self._stuck_shown_at <= limit:
+            self._stuck.clear()  # every forgotten event is seen: they no longer hold the watermarks
+            self._stuck_shown_at = None
         rendered = self._rendered
         while rendered and rendered[0][0] <= limit:
             for stream, rv in rendered.popleft()[1]:
@@ -225,17 +245,20 @@ class ServedLedger:
 
     def _forget_all(self) -> None:
         """Over ``max_tracked``: forget every event waiting, as not seen. Each stream's watermark stays
-        below the lowest of them for the rest of the term; events counted later are tracked again."""
+        below the lowest of them until a render shows them all and the hold passes (the module docstring);
+        events counted later are tracked again."""
         stuck = dict(self._stuck)
+        held = self._stuck_held + [event for waiting in self._parked.values() for _, event in waiting]
         for stream in list(self._heaps):
             lowest = self._lowest_unseen(stream)
             if lowest is not None:
                 stuck[stream] = min(stuck.get(stream, lowest), lowest)
         log.warning(
             "more than %d counted events wait for a scrape (is the leader scraped?): the hand-over "
-            "watermarks stay at %s for the rest of this term",
+            "watermarks stay at %s until a scrape has shown them all",
             self._max_tracked,
             {stream or "(all namespaces)": rv - 1 for stream, rv in stuck.items()},
         )
         self._reset_term()
         self._stuck = stuck
+        self._stuck_held = held
