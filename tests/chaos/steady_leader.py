@@ -1,7 +1,7 @@
 """The steady-leader memory measurement: one service process leading without a break, for as long as a
 Deployment's leader lives, and the slope of its RSS.
 
-``python -m tests.chaos.steady_leader --minutes 30 [--warmup 15] [--json out.json]``
+``python -m tests.chaos.steady_leader --minutes 30 [--warmup 40] [--json out.json]``
 
 * a standalone simulated cluster in its own process (``python -m kubesim --jobs 500 --rate 20 --no-pods``:
   500 TrainJobs kept alive, the generator creating, running, finishing and deleting them at 20 steps a second;
@@ -48,7 +48,12 @@ IDENTITY = "steady-leader"
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tests.chaos.steady_leader", description=__doc__)
     p.add_argument("--minutes", type=float, default=30.0, help="the measured window, after the warm-up")
-    p.add_argument("--warmup", type=float, default=15.0, help="minutes before the window starts")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=40.0,
+        help="minutes before the window starts (the tombstones fill in ~36 at the default churn)",
+    )
     p.add_argument("--jobs", type=int, default=500)
     p.add_argument("--rate", type=float, default=20.0)
     p.add_argument("--pods", action="store_true", help="the simulated cluster runs the TrainJobs' pods too")
