@@ -95,7 +95,7 @@ from typing import Protocol
 import msgspec
 
 from app.handover.streams import floor_of
-from app.trainer.events import CountableEvent, GaugeKey, TrainerSink
+from app.trainer.events import CountableEvent, GaugeKey, PodFailed, TrainerSink
 
 __all__ = ["CountJournal", "JournalTelemetry"]
 
@@ -413,15 +413,21 @@ class CountJournal:
 
     def _verdict(self, event: CountableEvent) -> object:
         """_COUNT, _SKIP (at or below the floor: counted by the previous leader) or _UNCERTAIN."""
+        listed = type(event) is PodFailed and event.listed
         floors = self._floors
         if floors is None:
-            return _COUNT
-        floor = floor_of(floors, self._stream_of(event))
+            return _SKIP if listed else _COUNT
+        stream = self._stream_of(event)
+        if listed and stream not in floors:
+            # No leader published a watermark of this pods stream: none counted its failures, and a failure
+            # of the first list may predate every leader (never counted, as the jobs of a first list).
+            return _SKIP
+        floor = floor_of(floors, stream)
         if floor is None:
             return _COUNT
         if event.rv <= floor:
             return _SKIP
-        if event.since and event.since < floor:
+        if listed or (event.since and event.since < floor):
             return _UNCERTAIN
         return _COUNT
 
@@ -444,6 +450,11 @@ class CountJournal:
                 entry.seen = True
 
     def _hold(self, entry: _Entry) -> None:
+        event = entry.event
+        if type(event) is PodFailed and event.listed and self._floors is not None:
+            # It failed somewhere above the floor: counted, it holds the served watermark there (since).
+            floor = floor_of(self._floors, self._stream_of(event)) or 0
+            entry.event = msgspec.structs.replace(event, since=max(event.since, floor))
         self._uncertain[id(entry.event)] = entry
         if self._on_uncertain is not None:
             self._on_uncertain()

@@ -128,6 +128,10 @@ class PodFailed(msgspec.Struct, frozen=True, gc=False):
     since: int = 0  # see the module docstring (the pods informer's rv before its gap)
     key: str = ""  # the TrainJob's "namespace/name"; ``at``: when the pod was seen failed (wall clock)
     at: float | None = None
+    # Already Failed in the pods watch's first list: it failed at some rv at or below ``rv``, maybe before
+    # any leader watched. Never counted as it comes; a take-over from a pods watermark below ``rv`` holds it
+    # as uncertain and settles it from the pods at the floor (app/handover/journal.py ``_verdict``).
+    listed: bool = False
 
 
 CountableEvent = JobCreated | JobFinished | JobStarted | JobAdmitted | PodFailed

@@ -11,8 +11,12 @@ The edge, as TrainerState's for the TrainJobs (app/trainer/state.py):
 * a pod seen going from any other phase to Failed (``status.phase`` is terminal: the kubelet never moves
   a Failed pod back), or added already Failed after the first list (created failed, or created and failed
   while the watch was down: a relist found it, ``since`` set);
-* never a pod already Failed in the pods watch's first list: it failed before this replica watched
-  (the leader that watched then counted it; docs/design/product.md §6, invariant 1, as for creations);
+* a pod already Failed in the pods watch's first list is sent once marked ``listed``: it failed at some
+  rv at or below the one listed, maybe before any leader watched (docs/design/product.md §6, invariant 1,
+  as for creations). The journal never counts it as it comes; only a take-over from a published pods
+  watermark below it holds it as uncertain and settles it from the pods listed at the floor (counted if
+  it was not Failed there), so that a successor whose first list came after the old leader's last
+  published watermark loses no failure the old leader counted and no scrape showed;
 * once per pod uid: a failed pod's uid is remembered while the pod is cached and, once deleted, among the
   last 4,096 deleted (a spurious delete and re-add, a relist, counts nothing again);
 * of a cached TrainJob only: the pod's ``jobset-name`` label names a TrainJob cached in its namespace
@@ -83,7 +87,11 @@ class PodFailures:
         if obj.phase != rules.FAILED_PHASE:
             return
         if initial:
-            self._failed.add(obj.uid)  # failed before this replica watched: never an edge here
+            # Failed before this replica watched: an edge only to a take-over whose pods floor lies below
+            # it, which settles it from the pods listed at the floor (PodFailed.listed).
+            if obj.uid not in self._tomb_set:
+                self._failed.add(obj.uid)
+                self._emit(obj, listed=True)
             return
         self._failure(obj)
 
@@ -117,24 +125,30 @@ class PodFailures:
         if uid in self._failed or uid in self._tomb_set:
             return
         self._failed.add(uid)
+        self._emit(pod, listed=False)
+
+    def _emit(self, pod: PodProjection, *, listed: bool) -> None:
         job = pod_trainjob(self._jobs, pod.namespace, pod.jobset)
         if job is None or (pod.created is not None and job.created is not None and pod.created < job.created):
-            self.unjoined += 1
+            if not listed:
+                self.unjoined += 1
             return
         if self._sink is None:
             return
-        self.counted += 1
+        if not listed:
+            self.counted += 1
         self._sink.on_countable(
             PodFailed(
                 rv=rv_int(pod.resource_version),
                 uid=job.uid,
-                pod_uid=uid,
+                pod_uid=pod.uid,
                 namespace=pod.namespace,
                 runtime_ref=self._runtime_label(job.runtime_ref),
                 reason=self._reason(pod),
                 since=self._since,
                 key=job.key,
                 at=self._wall_clock(),
+                listed=listed,
             )
         )
 

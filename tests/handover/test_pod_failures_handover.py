@@ -256,3 +256,71 @@ async def test_relisted_failures_are_all_counted_when_the_pods_at_the_floor_cann
     await b.handover.settler.stop()
     scrape_until_seen(clock, b)
     assert pod_failures_seen(b) == 1
+
+
+async def test_a_successor_whose_first_pods_list_shows_failures_above_the_floor_settles_them() -> None:
+    """The 30-minute soak's lost pod failures: a counts p's failure (at 25) above the pods watermark it last
+    published (18) and is demoted before a scrape showed it. c's pods watch first listed after that: p is
+    already Failed in its first list (rv 25); so is r, counted and shown by a at 18 and updated since (22);
+    q failed at 15, below the floor. c holds p's and r's listed failures as uncertain, reads the pods as
+    they were at 18 (r Failed, p not) and counts p only: PromQL sees each failure once."""
+    clock = Clock()
+    api = PodsAt()
+    a, c = Replica("a", clock), Replica("c", clock, api)
+    for name, running_rv in (("p", 11), ("q", 12), ("r", 13)):
+        api.write(pod_manifest(name, running_rv))
+        a.failures.on_added(pod(name, running_rv), initial=False)
+    a.lead(None)
+    for name, running_rv, failed_rv in (("q", 12, 15), ("r", 13, 18)):
+        api.write(pod_manifest(name, failed_rv, phase="Failed"))
+        a.failures.on_updated(pod(name, running_rv), pod(name, failed_rv, phase="Failed"))
+    scrape_until_seen(clock, a)
+    lease = a.renew()
+    assert parse_watermarks(lease.annotations) == {"": 0, "pods/": 18}
+    api.write(pod_manifest("r", 22, phase="Failed"))
+    a.failures.on_updated(pod("r", 18, phase="Failed"), pod("r", 22, phase="Failed"))
+    api.write(pod_manifest("p", 25, phase="Failed"))
+    a.failures.on_updated(pod("p", 11), pod("p", 25, phase="Failed"))  # counted, never shown: a is demoted
+    for name, rv in (("p", 25), ("q", 15), ("r", 22)):
+        c.failures.on_added(pod(name, rv, phase="Failed"), initial=True)
+    c.lead(lease)
+    assert c.journal.uncertain == 2  # p and r; q is at or below the floor
+    await eventually(lambda: c.journal.uncertain == 0, timeout=10, what="c's listed failures settled")
+    await c.handover.settler.stop()
+    scrape_until_seen(clock, c)  # a is gone: no scrape of it shows p
+    assert [q["resourceVersion"] for q in api.asked] == ["18"]
+    assert pod_failures_seen(c) == 1, "c counts p, not Failed at the floor; r was, q failed below it"
+    assert pod_failures_seen(a, c) == 3
+
+
+def test_a_first_lists_failures_are_never_counted_without_a_published_pods_watermark() -> None:
+    """A fresh deployment, or a Lease whose leaders counted no pod failure (its pods stream unnamed): the
+    failures of the first list may predate every leader, so none is counted, whatever the TrainJob floor;
+    nor by a leader that knows no floor at all."""
+    clock = Clock()
+    b, d = Replica("b", clock), Replica("d", clock)
+    for r in (b, d):
+        r.failures.on_added(pod("p", 25, phase="Failed"), initial=True)
+    b.lead(LeaseRecord("old", 15, None, None, 0, {WATERMARK_ANNOTATION: "10"}, "1"))
+    d.lead(None)
+    d.failures.on_added(pod("q", 26, phase="Failed"), initial=True)  # its pods watch synced after it led
+    scrape_until_seen(clock, b, d)
+    assert pod_failures_seen(b, d) == 0
+    assert b.journal.uncertain == d.journal.uncertain == 0
+
+
+async def test_a_leader_whose_pods_watch_syncs_after_it_took_over_settles_the_first_lists_failures() -> None:
+    """The pods watch does not hold up leading: a leader whose first pods list comes after its take-over
+    holds the failures of that list above its pods floor as uncertain, as a replay would."""
+    clock = Clock()
+    api = PodsAt()
+    b = Replica("b", clock, api)
+    api.write(pod_manifest("p", 21))
+    api.write(pod_manifest("x", 30))
+    b.lead(LeaseRecord("a", 15, None, None, 0, {WATERMARK_ANNOTATION: '{"":0,"pods/":30}'}, "1"))
+    api.write(pod_manifest("p", 35, phase="Failed"))
+    b.failures.on_added(pod("p", 35, phase="Failed"), initial=True)
+    await eventually(lambda: b.journal.uncertain == 0, timeout=10, what="b's listed failure settled")
+    await b.handover.settler.stop()
+    scrape_until_seen(clock, b)
+    assert pod_failures_seen(b) == 1

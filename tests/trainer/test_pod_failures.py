@@ -147,12 +147,16 @@ def test_a_pod_seen_reaching_failed_is_counted_once_with_its_trainjob_as_exempla
     )
 
 
-def test_a_pod_already_failed_in_the_first_list_is_never_counted() -> None:
+def test_a_pod_already_failed_in_the_first_list_is_sent_once_as_listed_never_as_a_failure() -> None:
+    """Failed before this replica watched: sent once, marked ``listed``, which the journal never counts as it
+    comes (tests/handover/test_pod_failures_handover.py: only a take-over from a pods floor below it may,
+    after settling it at the floor); later updates of the failed pod send nothing."""
     failures, sink = tracker()
     failed = pod(phase="Failed", reason="Evicted")
     failures.on_added(failed, initial=True)
     failures.on_updated(failed, pod(phase="Failed", rv="20", reason="Evicted"))
-    assert sink.events == []
+    assert [(e.pod_uid, e.rv, e.listed) for e in sink.events] == [(failed.uid, 10, True)]
+    assert failures.counted == 0 and failures.unjoined == 0
 
 
 def test_a_relist_counts_a_failure_the_watch_missed_with_the_rv_before_the_gap_and_nothing_twice() -> None:
@@ -186,10 +190,11 @@ def test_a_deleted_failed_pods_uid_is_remembered_among_the_last_deleted_only() -
         failures.on_added(p, initial=True)
         failures.on_deleted(p)
     assert failures.failed_pods == 0
+    sink.events.clear()  # the first list's, each sent once as listed
     failures.on_added(pod("p-1", phase="Failed", rv="9000"), initial=False)  # still a tomb
     assert sink.events == []
     failures.on_added(pod("p-0", phase="Failed", rv="9001"), initial=False)  # the oldest tomb went
-    assert [e.pod_uid for e in sink.events] == ["uid-p-0"]
+    assert [(e.pod_uid, e.listed) for e in sink.events] == [("uid-p-0", False)]
 
 
 @pytest.mark.parametrize(
