@@ -19,7 +19,7 @@ from app.metrics.telemetry import Limit
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.pods import PodProjection, PodProjector
 from tests.support.pod_shapes import JOBS, projected_trainjob
-from tests.support.trainjob_cache import TrainJobCache
+from tests.support.trainjob_cache import NullHandler, TrainJobCache
 
 from .helpers import samples
 
@@ -68,17 +68,6 @@ def pod(
     return p
 
 
-class _Null:
-    def on_added(self, obj: Any, initial: bool) -> None:
-        pass
-
-    def on_updated(self, old: Any, new: Any) -> None:
-        pass
-
-    def on_deleted(self, last: Any) -> None:
-        pass
-
-
 class Setup:
     def __init__(self, **options: Any) -> None:
         self.limits: list[str] = []
@@ -89,7 +78,7 @@ class Setup:
             self.jobs.get, on_change=self._changed, on_limit=self.limits.append, **options
         )
         self.pods = PodSeriesHandler(self.series)
-        self.jobs.handler = PodJobHandler(_Null(), self.series)
+        self.jobs.handler = PodJobHandler(NullHandler(), self.series)
 
     def _changed(self) -> None:
         self.changes += 1

@@ -13,11 +13,11 @@ from app.metrics.family_kinds import HistogramFamily
 from app.metrics.pods import PodJobHandler, PodSeries
 from app.metrics.trainer_metrics import TrainerMetricState
 from tests.support.pod_shapes import projected_trainjob
-from tests.support.trainjob_cache import TrainJobCache
+from tests.support.trainjob_cache import NullHandler, TrainJobCache
 
 from .helpers import REF, reference_text
 from .test_exemplars import created, finished
-from .test_pod_series import _Null, pod
+from .test_pod_series import pod
 
 
 def test_sparse_gauge_blocks_are_merged_and_the_text_stays_what_prometheus_client_prints() -> None:
@@ -69,7 +69,7 @@ def test_the_pod_series_keep_nothing_per_trainjob() -> None:
     creation time that this join and the pod-failure edges, now not told of TrainJobs, kept cost ~500 B)."""
     cache = TrainJobCache()
     series = PodSeries(cache.get)
-    cache.handler = PodJobHandler(_Null(), series)
+    cache.handler = PodJobHandler(NullHandler(), series)
     jobs = [projected_trainjob(f"job-{i}", ns=f"ns-{i % 10}") for i in range(2000)]
     series.pod_added(pod("job-0-node-0-0", job="job-0", ns="ns-0"))  # one job has a pod: it joins
     join_files = ("app/metrics/pods.py", "app/trainer/pods.py")

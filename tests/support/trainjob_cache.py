@@ -14,7 +14,9 @@ from app.trainer.field_builders import object_key
 from app.trainer.projection_types import TrainJobProjection
 
 
-class _Null:
+class NullHandler:
+    """An ``InformerHandler`` that ignores every notification."""
+
     def on_added(self, obj: Any, initial: bool) -> None:
         pass
 
@@ -29,7 +31,7 @@ class TrainJobCache:
     def __init__(self, handler: Any = None) -> None:
         """``handler``: told after the store changed (may be set later: the pod series need ``get`` first)."""
         self.store: dict[str, TrainJobProjection] = {}
-        self.handler: Any = handler if handler is not None else _Null()
+        self.handler: Any = handler if handler is not None else NullHandler()
 
     def get(self, namespace: str, name: str) -> TrainJobProjection | None:
         return self.store.get(object_key(namespace, name))

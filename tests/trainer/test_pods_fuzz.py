@@ -16,7 +16,7 @@ from app.trainer import rules
 from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 from app.trainer.pods import MALFORMED, PodProjector
 from tests.badinput import strategies as S
-from tests.support.trainjob_cache import TrainJobCache
+from tests.support.trainjob_cache import NullHandler, TrainJobCache
 
 FUZZ = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -93,7 +93,7 @@ def test_pod_projector_never_raises_and_both_paths_agree(obj: Any) -> None:
 def test_pod_series_from_junk_never_raise_and_carry_only_valid_labels(objs: list[Any]) -> None:
     jobs = TrainJobCache()
     series = PodSeries(jobs.get, max_pods=3, max_accelerator_classes=2)
-    jobs.handler = PodJobHandler(_Null(), series)
+    jobs.handler = PodJobHandler(NullHandler(), series)
     handler = PodSeriesHandler(series)
     job = TRAINJOB_PROJECTOR.from_json(
         {
@@ -131,14 +131,3 @@ def test_pod_series_from_junk_never_raise_and_carry_only_valid_labels(objs: list
         handler.on_deleted(p)
     jobs.on_deleted(job)
     assert not series.info.values and not series.allocated.values and not series.restarts.values
-
-
-class _Null:
-    def on_added(self, obj: Any, initial: bool) -> None:
-        pass
-
-    def on_updated(self, old: Any, new: Any) -> None:
-        pass
-
-    def on_deleted(self, last: Any) -> None:
-        pass
