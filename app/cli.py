@@ -256,10 +256,16 @@ def main(
     try:
         asyncio.run(server.serve())
     except KeyboardInterrupt:
-        # uvicorn re-raises the Ctrl-C it handled once the stop is complete: end as a Ctrl-C ends a process
-        # (killed by SIGINT, as the shell expects), without a traceback after an orderly stop.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        pass  # uvicorn re-raises the Ctrl-C it handled once the stop is complete
+    else:
+        # asyncio's runner can swallow that re-raise when the main task ends at the same moment: the
+        # server's own record of the signal decides.
+        if server.exit_signal != signal.SIGINT:
+            return 0
+    # End as a Ctrl-C ends a process (killed by SIGINT, as the shell expects), without a traceback after
+    # an orderly stop.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
     return 0
 
 

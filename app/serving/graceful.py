@@ -61,11 +61,13 @@ class HandOverOnExit:
     """Mixin before ``uvicorn.Server`` in the bases: the first exit signal hands over, then exits."""
 
     _hand_over_task: asyncio.Task[None] | None = None
+    exit_signal: int = 0  # the first exit signal received (0: none)
     # From uvicorn.Server (declared for the type checker; the mixin is only used with it).
     config: Any
     should_exit: bool
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.exit_signal = self.exit_signal or sig
         if self._hand_over_task is not None or self.should_exit:
             log.info("stopping at once (second signal): no more waiting for scrapes")
             asyncio.get_running_loop().call_soon_threadsafe(self._abandon_hand_over)

@@ -138,6 +138,11 @@ class HttpServer:
             return None
         return int(self.probe_listener.sock.getsockname()[1])
 
+    @property
+    def exit_signal(self) -> int:
+        """The first exit signal the server received (0: none)."""
+        return self.server.exit_signal
+
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         with bounded_loop_errors(loop), bounded_uvicorn_log():
