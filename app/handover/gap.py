@@ -167,7 +167,7 @@ class GapRebuilder:
                     "previous leader showed are lost",
                     floor,
                     start,
-                    exc,
+                    str(exc),  # the text: a record holding the exception holds its frames, this term's state
                 )
                 self.holding.pop(stream, None)
                 continue

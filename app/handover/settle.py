@@ -184,7 +184,7 @@ class HeldEdgeSettler:
                 "edges whose hand-over is uncertain; some may be counted twice",
                 "pods" if pods else "TrainJobs",
                 floor,
-                exc,
+                str(exc),  # the text: a record holding the exception holds its frames, this term's state
                 held,
             )
             return None

@@ -63,11 +63,6 @@ def _steady(services: list[Service], store: Any) -> bool:
     )
 
 
-@pytest.mark.xfail(
-    reason="two stopped replicas stay reachable since the take-over gap rebuilder (app/handover/gap.py) "
-    "was merged; the referrer chain is not found yet (closing note of 2026-12-06)",
-    strict=False,
-)
 async def test_stopped_and_killed_replicas_are_freed(tmp_path: Path) -> None:
     overrides: dict[str, Any] = {
         **SoakConfig().service_overrides,
