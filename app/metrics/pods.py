@@ -129,11 +129,19 @@ class PodSeries:
         self._classes: set[str] = set()
         self._implausible: set[str] = set()  # pods whose device counts were not believed (counted once)
         self._cap_logged = False
+        # pod_statuses() as last counted, until a pod or a TrainJob with pods changes: every scrape reads it
+        # (trainer_metrics_pod_series_pods), and counting walks every pod (~7 ms at 50,000 pods).
+        self._statuses: dict[str, int] | None = None
 
     # --- what the self-telemetry and /debug read -------------------------------------------------------
 
     def pod_statuses(self) -> dict[str, int]:
-        """How many pods of the watch are in each of ``POD_STATUSES``."""
+        """How many pods of the watch are in each of ``POD_STATUSES`` (a copy)."""
+        if self._statuses is None:
+            self._statuses = self._count_statuses()
+        return dict(self._statuses)
+
+    def _count_statuses(self) -> dict[str, int]:
         counts = dict.fromkeys(POD_STATUSES, 0)
         counts["exported"] = len(self._exported)
         counts["over_cap"] = len(self._waiting)
@@ -171,6 +179,7 @@ class PodSeries:
         pod_keys = self._by_job.get((job.namespace, job.name))
         if not pod_keys:
             return  # nearly every TrainJob: no pod of it cached
+        self._statuses = None
         changed = False
         for pod_key in pod_keys:
             changed |= self._update_share(pod_key, self._pods[pod_key])
@@ -180,6 +189,7 @@ class PodSeries:
     # --- pods (PodSeriesHandler) -------------------------------------------------------------------------
 
     def pod_added(self, pod: PodProjection) -> None:
+        self._statuses = None
         key = pod.key
         self._pods[key] = pod
         self._by_job.setdefault((pod.namespace, pod.jobset), set()).add(key)
@@ -187,6 +197,7 @@ class PodSeries:
             self._changed()
 
     def pod_updated(self, old: PodProjection, new: PodProjection) -> None:
+        self._statuses = None
         old_job, new_job = (old.namespace, old.jobset), (new.namespace, new.jobset)
         if old_job != new_job:  # labels are mutable: a pod relabelled to another JobSet moves
             self._unindex(old.key, old_job)
@@ -196,6 +207,7 @@ class PodSeries:
             self._changed()
 
     def pod_deleted(self, last: PodProjection) -> None:
+        self._statuses = None
         key = last.key
         self._pods.pop(key, None)
         self._implausible.discard(key)

@@ -336,6 +336,47 @@ def test_many_pods_many_jobs_series_stay_consistent() -> None:
     assert len(s.values(INFO)) == 500  # the waiting pods of the remaining jobs took the freed slots
 
 
+def test_the_kept_pod_statuses_follow_every_change() -> None:
+    """``pod_statuses`` is kept between changes (every scrape reads it): after each pod and TrainJob event
+    it equals what a series built from scratch with the same pods and TrainJobs counts."""
+    s = Setup(max_pods=2)
+    job = projected_trainjob()
+    pods: dict[str, PodProjection] = {}
+    jobs: list[Any] = []
+
+    def check() -> None:
+        fresh = Setup(max_pods=2)
+        for j in jobs:
+            fresh.jobs.on_added(j, True)
+        for p in pods.values():
+            fresh.pods.on_added(p, True)
+        assert s.series.pod_statuses() == fresh.series.pod_statuses()
+
+    def add(p: PodProjection) -> None:
+        old = pods.get(p.key)
+        pods[p.key] = p
+        if old is None:
+            s.pods.on_added(p, False)
+        else:
+            s.pods.on_updated(old, p)
+        check()
+
+    add(pod("llama-node-0-0"))  # no TrainJob yet
+    s.jobs.on_added(job, False)
+    jobs.append(job)
+    check()  # joined: exported
+    add(pod("llama-node-0-1", rv="11"))
+    add(pod("llama-node-0-2", rv="12"))  # over the cap
+    add(pod("llama-node-0-0", phase="Succeeded", rv="13"))  # finished: not holding, a slot freed
+    add(pod("bad_node", node="Not A Node", rv="14"))  # invalid labels
+    add(pod("stray", job=None, rv="15"))  # no jobset label
+    s.pods.on_deleted(pods.pop("team-a/llama-node-0-1"))
+    check()
+    s.jobs.on_deleted(job)
+    jobs.clear()
+    check()  # every pod of it back to no_trainjob
+
+
 # --- export ----------------------------------------------------------------------------------------
 
 
