@@ -21,7 +21,7 @@ import msgspec
 from app.kube.resources import ResourceKind
 from app.trainer import rules
 from app.trainer.pod_wire import PodContainer, PodWire
-from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection
+from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection, compact_rv, compact_uid, uid_text
 
 PODS: Final = ResourceKind("", "v1", "pods", "Pod", namespaced=True)
 
@@ -31,14 +31,28 @@ IMPLAUSIBLE: Final = 2  # a device count above rules.MAX_ACCELERATORS_PER_NODE: 
 
 _MAX_TEXT: Final = rules.MAX_REASON_LABEL  # a reason longer than this is cut (it only feeds a bounded label)
 _SIDECAR: Final = "Always"
+# One tuple per distinct set of devices held (pods of one template hold the same: ~100 B a pod saved), at
+# most this many kept; beyond them each pod keeps its own.
+_MAX_SHARED_DEVICES: Final = 4096
+_SHARED_DEVICES: dict[rules.Devices, rules.Devices] = {}
 
 
-class PodProjection(msgspec.Struct, frozen=True, gc=False):
-    """What the pod series need of one pod (immutable; an update yields a new projection)."""
+def _shared(devices: rules.Devices) -> rules.Devices:
+    kept = _SHARED_DEVICES.get(devices)
+    if kept is not None:
+        return kept
+    if len(_SHARED_DEVICES) < _MAX_SHARED_DEVICES:
+        _SHARED_DEVICES[devices] = devices
+    return devices
 
+
+class _PodFields(msgspec.Struct, frozen=True, gc=False):
     key: str  # "namespace/name"
-    uid: str
-    resource_version: str
+    # metadata.uid as compact_uid stores it (16 bytes for a UUID); ``PodProjection.uid`` gives the string.
+    uid: bytes | str
+    # metadata.resourceVersion as compact_rv stores it (an int when decimal); ``resource_version`` gives it
+    # as sent.
+    resource_version: int | str
     namespace: str  # interned
     jobset: str  # the jobset-name label: its TrainJob's name ("" when absent)
     replicated_job: str  # the replicatedjob-name label ("" when absent)
@@ -46,11 +60,34 @@ class PodProjection(msgspec.Struct, frozen=True, gc=False):
     node: str  # spec.nodeName ("" while unbound)
     phase: str  # status.phase ("Pending" when absent)
     created: float | None  # creationTimestamp, epoch seconds
-    devices: rules.Devices  # held while bound and not finished (rules.pod_devices)
+    devices: rules.Devices  # held while bound and not finished (rules.pod_devices), shared (``_shared``)
     status_reason: str = ""  # status.reason (Evicted, DeadlineExceeded, ...), cut to 64 characters
     # state.terminated.reason of the first container that ended with a non-zero exit code (OOMKilled, Error)
     container_reason: str = ""
     flags: int = 0  # MALFORMED | IMPLAUSIBLE
+
+
+_UID_SLOT: Final[Any] = _PodFields.__dict__["uid"]
+_RV_SLOT: Final[Any] = _PodFields.__dict__["resource_version"]
+
+
+class PodProjection(_PodFields, frozen=True, gc=False):
+    """What the pod series need of one pod (immutable; an update yields a new projection). Built by
+    ``build_pod`` only: ``uid`` and ``resource_version`` read as strings (the informer's ``KubeObject``
+    contract) but are stored compactly, as a TrainJob's are (app/trainer/projection_types.py); ``uid_key``
+    and ``rv`` are the stored values (equal strings always give equal stored values)."""
+
+    uid_key = _UID_SLOT
+    rv = _RV_SLOT
+
+    @property  # type: ignore[misc]
+    def uid(self) -> str:
+        return uid_text(_UID_SLOT.__get__(self))
+
+    @property  # type: ignore[misc]
+    def resource_version(self) -> str:
+        rv = _RV_SLOT.__get__(self)
+        return rv if type(rv) is str else str(rv)
 
     @property
     def name(self) -> str:
@@ -100,7 +137,7 @@ def _same_but_version(a: PodProjection, b: PodProjection) -> bool:
         and a.jobset == b.jobset
         and a.replicated_job == b.replicated_job
         and a.created == b.created
-        and a.uid == b.uid
+        and a.uid_key == b.uid_key
         and a.key == b.key
     )
 
@@ -141,8 +178,8 @@ def build_pod(
     bad = malformed
     ns, b = _intern(namespace)
     bad |= b
-    rv, b = _intern(resource_version)
-    bad |= b
+    rv = resource_version if isinstance(resource_version, str) else ""  # unique: not interned
+    bad |= resource_version is not None and not isinstance(resource_version, str)
     jobset: object = None
     replicated: object = None
     attempt_text: object = None
@@ -177,7 +214,9 @@ def build_pod(
             else:
                 init_devices.append((devices, sidecar))
     devices = (
-        rules.pod_devices(app_devices, init_devices) if app_devices or init_devices else rules.NO_DEVICES
+        _shared(rules.pod_devices(app_devices, init_devices))
+        if app_devices or init_devices
+        else rules.NO_DEVICES
     )
     reason, b = _intern(status_reason, _MAX_TEXT)
     bad |= b
@@ -187,8 +226,8 @@ def build_pod(
         flags |= MALFORMED
     return PodProjection(
         key=f"{ns}/{name}" if ns else name,
-        uid=uid,
-        resource_version=rv,
+        uid=compact_uid(uid),
+        resource_version=compact_rv(rv),
         namespace=ns,
         jobset=jobset_name,
         replicated_job=replicated_job,
@@ -268,7 +307,7 @@ class PodProjector:
     def unchanged(a: PodProjection, b: PodProjection) -> bool:
         """The pod series need not hear of ``b``: the same resourceVersion, or a status write of something
         they do not read (conditions, container states of running containers, IPs)."""
-        return a.resource_version == b.resource_version or _same_but_version(a, b)
+        return a.rv == b.rv or _same_but_version(a, b)
 
     def from_wire(self, wire: Any) -> PodProjection:
         w: PodWire = wire
