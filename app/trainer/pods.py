@@ -21,7 +21,14 @@ import msgspec
 from app.kube.resources import ResourceKind
 from app.trainer import rules
 from app.trainer.pod_wire import PodContainer, PodWire
-from app.trainer.projection_types import BAD_NAMESPACE, TrainJobProjection, compact_rv, compact_uid, uid_text
+from app.trainer.projection_types import (
+    BAD_NAMESPACE,
+    TrainJobProjection,
+    compact_rv,
+    compact_uid,
+    rv_text,
+    uid_text,
+)
 
 PODS: Final = ResourceKind("", "v1", "pods", "Pod", namespaced=True)
 
@@ -86,8 +93,7 @@ class PodProjection(_PodFields, frozen=True, gc=False):
 
     @property  # type: ignore[misc]
     def resource_version(self) -> str:
-        rv = _RV_SLOT.__get__(self)
-        return rv if type(rv) is str else str(rv)
+        return rv_text(_RV_SLOT.__get__(self))
 
     @property
     def name(self) -> str:

@@ -91,6 +91,11 @@ def uid_text(uid: bytes | str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def rv_text(rv: int | str) -> str:
+    """The resourceVersion string for a ``compact_rv`` value."""
+    return rv if type(rv) is str else str(rv)
+
+
 def compact_rv(resource_version: str) -> int | str:
     """A decimal resourceVersion as an int (28 B instead of ~56 B); anything else (opaque by contract,
     or not canonical such as "007") stays a string, so ``str()`` always gives back what was sent."""
@@ -171,8 +176,7 @@ class TrainJobProjection(_TrainJobFields, frozen=True, gc=False):
 
     @property  # type: ignore[misc]
     def resource_version(self) -> str:
-        rv = _RV_SLOT.__get__(self)
-        return rv if type(rv) is str else str(rv)
+        return rv_text(_RV_SLOT.__get__(self))
 
     @property
     def name(self) -> str:
