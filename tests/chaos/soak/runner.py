@@ -229,7 +229,7 @@ class Soak:
         handle = self.live.pop(identity)
         if isinstance(handle, InProcessReplica):
             self.stopped_services.append((identity, weakref.ref(handle.service)))
-        self.recorder.pending_how[identity] = "killed" if kill else "graceful"
+        self.recorder.pending_how[identity] = ("killed" if kill else "graceful", time.monotonic())
         try:
             await handle.stop(kill=kill)
         finally:

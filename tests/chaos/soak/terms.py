@@ -138,6 +138,17 @@ def shown_key(rv: int, since: int) -> int:
     return since + 1 if since else rv
 
 
+def how_it_ended(requested: tuple[str, float] | None, stopped_at: float) -> str:
+    """How a term that stopped at ``stopped_at`` (time.monotonic(), one clock for every process of the
+    host) ended, given the stop the soak asked of its replica, if any, and when: a term that had stopped
+    before the request (a step-down: its renew deadline passed) ended on its own, "stopped", even when its
+    ``term_stop`` record is read after the request; a graceful stop would have handed over, a step-down
+    cannot (docs/leadership.md, "A leader that cannot renew": the crash bound)."""
+    if requested is None or stopped_at < requested[1]:
+        return "stopped"
+    return requested[0]
+
+
 class Recorder:
     """Leader terms, in order, from each replica's ``term_start`` / ``count`` / ``term_stop`` records
     (tests/chaos/tap.py). A term's counts are the sum of its ``count`` records: every count goes through
@@ -148,7 +159,8 @@ class Recorder:
         self.t0 = t0
         self.terms: list[Term] = []
         self.open: dict[str, Term] = {}
-        self.pending_how: dict[str, str] = {}
+        # identity -> (how its stop was asked: "graceful" or "killed", time.monotonic() of the request)
+        self.pending_how: dict[str, tuple[str, float]] = {}
         self.outside_terms = 0  # count records of a replica that was not leading: a harness problem
         self.times_counted: Counter[tuple[str, str]] = Counter()  # (kind, uid): by all terms together
 
@@ -189,7 +201,7 @@ class Recorder:
         marks = published_watermarks(self.sim) or {}
         term.published_at_stop = marks.get("")
         term.pod_published_at_stop = marks.get(POD_STREAM)
-        term.how = self.pending_how.get(identity, "stopped")
+        term.how = how_it_ended(self.pending_how.get(identity), t)
         term.published({"": marks.get("", 0), POD_STREAM: marks.get(POD_STREAM, 0)})
 
     def lease_written(self, holder: str | None, watermark: Mapping[str, int]) -> None:
