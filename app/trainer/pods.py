@@ -148,15 +148,19 @@ def _same_but_version(a: PodProjection, b: PodProjection) -> bool:
     )
 
 
+def _text(value: object) -> tuple[str, bool]:
+    """(the string, malformed): a non-string is "" and malformed, None "" and not."""
+    if isinstance(value, str):
+        return value, False
+    return "", value is not None
+
+
 def _intern(value: object, limit: int | None = None) -> tuple[str, bool]:
-    """(the string, malformed): a non-string is "" and malformed; ``limit`` cuts a long one."""
-    if value is None:
-        return "", False
-    if not isinstance(value, str):
-        return "", True
-    if limit is not None and len(value) > limit:
-        value = value[:limit]
-    return sys.intern(value) if len(value) <= 253 else value, False
+    """``_text``, interned; ``limit`` cuts a long one."""
+    text, bad = _text(value)
+    if limit is not None and len(text) > limit:
+        text = text[:limit]
+    return sys.intern(text) if len(text) <= 253 else text, bad
 
 
 # (requests, limits, sidecar) of one container, as found on either path
@@ -184,8 +188,8 @@ def build_pod(
     bad = malformed
     ns, b = _intern(namespace)
     bad |= b
-    rv = resource_version if isinstance(resource_version, str) else ""  # unique: not interned
-    bad |= resource_version is not None and not isinstance(resource_version, str)
+    rv, b = _text(resource_version)  # unique to the object: not interned
+    bad |= b
     jobset: object = None
     replicated: object = None
     attempt_text: object = None

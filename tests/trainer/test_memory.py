@@ -6,8 +6,6 @@ Run ``.venv/bin/python -m tests.trainer.test_memory`` to print the figures. Meas
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
 import uuid
 
 import msgspec
@@ -16,6 +14,7 @@ from app.trainer.informer_projectors import TRAINJOB_PROJECTOR
 from app.trainer.projection_types import TrainJobProjection
 from app.trainer.state import TrainerState
 from app.trainer.wire import TrainJobWire
+from tests.support.traced import traced_growth
 
 N = 20_000
 BOUND = 640  # generous: the target is 512 B; this catches a regression, not allocator noise
@@ -78,20 +77,16 @@ def bytes_per_job(terminal: bool, n: int = N) -> float:
     decoder = msgspec.json.Decoder(TrainJobWire)
     state = TrainerState(_NullSink())
     cache: dict[str, TrainJobProjection] = {}  # stands for the informer's cache
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+
+    def ingest() -> None:
         for raw in raws:
             p = TRAINJOB_PROJECTOR.from_wire(decoder.decode(raw))
             cache[p.key] = p
             state.job_handler.on_added(p, True)
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
+
+    grown = traced_growth(ingest)
     assert len(cache) == n and state.terminal_count == (n if terminal else 0)
-    return (after - before) / n
+    return grown / n
 
 
 def test_bytes_per_trainjob() -> None:

@@ -10,8 +10,6 @@ big cluster (docs/benchmarks.md, P3 "per watched pod").
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
 import uuid
 
 import msgspec
@@ -21,6 +19,7 @@ from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.pod_wire import PodWire
 from app.trainer.pods import PodProjection, PodProjector
 from tests.support.pod_shapes import projected_trainjob
+from tests.support.traced import traced_growth
 from tests.support.trainjob_cache import NullHandler, TrainJobCache
 
 N = 20_000
@@ -71,23 +70,21 @@ def bytes_per_pod(phase: str, n: int = N) -> float:
     jobs.handler = PodJobHandler(NullHandler(), series)
     handler = PodSeriesHandler(series)
     cache: dict[str, PodProjection] = {}  # stands for the pods informer's cache
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+    states: list[TrainerMetricState] = []
+
+    def ingest_and_scrape() -> None:
         for raw in raws:
             p = projector.from_wire(decoder.decode(raw))
             cache[p.key] = p
             handler.on_added(p, True)
         state = TrainerMetricState(extra_families=series.families)
         state.render_text()  # what a scrape keeps: the rendered series, their blocks and the joined body
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    assert len(cache) == n and series.pods == n and state.series_count > 0
+        states.append(state)
+
+    grown = traced_growth(ingest_and_scrape)
+    assert len(cache) == n and series.pods == n and states[0].series_count > 0
     assert series.pod_statuses()["exported" if phase == "Running" else "not_holding"] == n
-    return (after - before) / n
+    return grown / n
 
 
 def test_bytes_per_pod() -> None:
