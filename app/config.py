@@ -283,8 +283,9 @@ class Settings(BaseSettings):
         ge=0,
         le=86_400,
         allow_inf_nan=False,
-        description="Every this many seconds, give the heap that glibc keeps after a transient (a relist, a "
-        "take-over) back to the kernel with malloc_trim(0), so RSS follows the live memory (0: never).",
+        description="Every this many seconds, and within a second of each complete list of an informer, give "
+        "the heap that glibc keeps after a transient (a relist, a take-over) back to the kernel with "
+        "malloc_trim(0), so RSS follows the live memory (0: never).",
     )
     # What PromQL sees (docs/metrics.md, "How counting works"): a new counter/histogram series is served as 0
     # this long before its real values, and a count is handed over as seen only this long after a scrape

@@ -47,6 +47,7 @@ class InformerCounters:
         "bookmark",
         "deleted",
         "error",
+        "lists",
         "modified",
         "relists",
         "skipped",
@@ -60,6 +61,7 @@ class InformerCounters:
         self.deleted = 0
         self.bookmark = 0
         self.error = 0
+        self.lists = 0  # complete lists applied (the first and every relist): each ends a transient peak
         self.relists = dict.fromkeys(RELIST_REASONS, 0)
         self.watch_restarts = dict.fromkeys(WATCH_RESTART_REASONS, 0)
         self.skipped = dict.fromkeys(SKIP_REASONS, 0)
@@ -111,6 +113,10 @@ class InformerTelemetry(Collector):
 
     def unregister(self, name: str) -> None:
         self._informers.pop(name, None)
+
+    def lists_applied(self) -> int:
+        """Complete lists applied by every registered informer so far (heap trims follow them)."""
+        return sum(counters.lists for _, counters in self._informers.values())
 
     def counters(self, name: str) -> InformerCounters | None:
         entry = self._informers.get(name)

@@ -155,6 +155,7 @@ class Ingest(Generic[T]):
         self._cache.replace(items, unusable, initial=not self.synced, since=since)
         self._store = self._cache.store
         self.synced = True
+        self.counters.lists += 1
         now = self._clock()
         self.last_event = now
         self.last_activity = now

@@ -16,6 +16,12 @@ is negligible.
 Once a minute by default: with one trim every 5 minutes, the 60-minute soak showed RSS drop ~5 MB at each
 trim and climb back by as much before the next one (docs/reliability.md), while each trim took 0.7 ms.
 
+And within a second of each complete list (``transients``: the informers' lists applied, the first sync
+included): a list's pages are MB-sized bodies decoded one after another, and glibc serves the later ones
+from the heap (its mmap threshold rises to the largest block freed), so the freed pages stay resident.
+After the first sync of 20,000 pods they were ~0.7 KB a pod, a third of the RSS the pods added, until the
+next periodic trim.
+
 Only a process that runs this one replica trims (``Service(owns_process=True)``); the interval is the
 setting ``heap_trim_interval_seconds`` (0: never). Without glibc (``malloc_trim`` missing) it is off.
 """
@@ -60,12 +66,27 @@ class HeapTrimmer:
     """Calls ``trim(0)`` every ``interval`` seconds in a worker thread; ``observe`` gets each call's
     duration in seconds (the trainer_metrics_heap_trim_duration_seconds histogram)."""
 
-    def __init__(self, interval: float, trim: Callable[[int], int], observe: Callable[[float], None]) -> None:
+    def __init__(
+        self,
+        interval: float,
+        trim: Callable[[int], int],
+        observe: Callable[[float], None],
+        *,
+        transients: Callable[[], int] = lambda: 0,
+        poll: float = 1.0,
+    ) -> None:
+        """``transients``: a count that changes when a transient peak has ended (the informers' complete
+        lists, ``InformerTelemetry.lists_applied``), looked at every ``poll`` seconds: a change trims
+        then, without waiting for the interval."""
         if interval <= 0:
             raise ValueError("interval must be > 0")
+        if poll <= 0:
+            raise ValueError("poll must be > 0")
         self.interval = interval
         self._trim = trim
         self._observe = observe
+        self._transients = transients
+        self._poll = poll
         self.returned_bytes = 0  # RSS given back, as far as RSS shows it
 
     def trim_once(self) -> float:
@@ -80,7 +101,15 @@ class HeapTrimmer:
         return took
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        seen = self._transients()
+        due = loop.time() + self.interval
         while True:
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(min(self._poll, max(0.0, due - loop.time())))
+            now = self._transients()
+            if now == seen and loop.time() < due:
+                continue
+            seen = now
             took = await asyncio.to_thread(self.trim_once)
             self._observe(took)
+            due = loop.time() + self.interval

@@ -176,7 +176,13 @@ class Service:
                 log.info("no malloc_trim in this C library: freed heap is not given back periodically")
             else:
                 observe = self.telemetry.heap_trim_duration.observe
-                self._spawn(HeapTrimmer(s.heap_trim_interval_seconds, trim, observe).run(), "heap trim")
+                trimmer = HeapTrimmer(
+                    s.heap_trim_interval_seconds,
+                    trim,
+                    observe,
+                    transients=self.informer_telemetry.lists_applied,
+                )
+                self._spawn(trimmer.run(), "heap trim")
         self._spawn(self._lead_when_synced(), "leader election")
 
     async def kill(self) -> None:

@@ -76,6 +76,8 @@ async def test_relist_after_compaction_delivers_gap_edges_once(env: Env) -> None
     env.sim.faults.restart(abrupt=True)
     env.sim.faults.release_watches()
     await eventually(lambda: inf.counters.relists["expired"] >= 1 and inf.watching)
+    # The first list and the relist, each a transient the heap trimmer follows (app/replica/heap_trim.py).
+    assert inf.counters.lists == 2 and telemetry.lists_applied() == 2
     assert sorted(env.calls()) == sorted(
         [
             ("added", "team1/d", d["metadata"]["resourceVersion"], False),

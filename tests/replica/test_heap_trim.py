@@ -85,9 +85,58 @@ def test_the_trimmer_trims_every_interval_off_the_loop_and_reports_each_duration
     assert threading.get_ident() not in threads, "malloc_trim must not run on the event loop's thread"
 
 
-def test_interval_must_be_positive() -> None:
+def test_a_completed_list_trims_at_the_next_poll_without_waiting_for_the_interval() -> None:
+    # An informer's complete list ends a transient peak (its MB-sized pages): its freed heap goes back then.
+    lists = [0]
+    polls = [0]
+    observed: list[float] = []
+
+    def transients() -> int:
+        polls[0] += 1
+        return lists[0]
+
+    async def polled(times: int) -> None:
+        start = polls[0]
+        await eventually(lambda: polls[0] >= start + times, 10, what=f"{times} polls")
+
+    async def run() -> None:
+        trimmer = HeapTrimmer(3600, lambda _: 1, observed.append, transients=transients, poll=0.01)
+        task = asyncio.create_task(trimmer.run())
+        try:
+            await polled(5)
+            assert observed == [], "no list: no trim before the interval (an hour)"
+            lists[0] += 1
+            await eventually(lambda: len(observed) == 1, 10, what="a trim after the list")
+            lists[0] += 2
+            await eventually(lambda: len(observed) == 2, 10, what="a trim after the next lists")
+            await polled(5)
+            assert len(observed) == 2, "no further list: no further trim"
+        finally:
+            task.cancel()
+
+    asyncio.run(run())
+
+
+def test_lists_applied_counts_every_complete_list_of_every_informer() -> None:
+    from app.kube.informer_telemetry import InformerTelemetry
+
+    class View:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    telemetry = InformerTelemetry()
+    a, b = telemetry.register(View("a")), telemetry.register(View("b"))  # type: ignore[arg-type]
+    assert telemetry.lists_applied() == 0
+    a.lists += 1
+    b.lists += 2
+    assert telemetry.lists_applied() == 3
+
+
+def test_interval_and_poll_must_be_positive() -> None:
     with pytest.raises(ValueError, match="interval"):
         HeapTrimmer(0, lambda _: 0, lambda _: None)
+    with pytest.raises(ValueError, match="poll"):
+        HeapTrimmer(1, lambda _: 0, lambda _: None, poll=0)
 
 
 @pytest.fixture
