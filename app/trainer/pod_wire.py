@@ -11,11 +11,21 @@ from typing import Annotated
 
 import msgspec
 
+from app.trainer.rules.pods import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL
 from app.trainer.wire import Resources
 
 # As for the Trainer objects: an object without a name or uid cannot be tracked, and the typed path admits
 # only what the tolerant path admits.
 _NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class PodLabels(msgspec.Struct, forbid_unknown_fields=False):
+    """The labels the pod series read (rules/pods.py, which cites JobSet for them); a pod carries a dozen
+    more, which msgspec skips instead of building a dict of them for every pod listed."""
+
+    jobset_name: str | None = msgspec.field(default=None, name=JOBSET_NAME_LABEL)
+    replicated_job: str | None = msgspec.field(default=None, name=REPLICATED_JOB_LABEL)
+    restart_attempt: str | None = msgspec.field(default=None, name=RESTART_ATTEMPT_LABEL)
 
 
 class PodMeta(msgspec.Struct, forbid_unknown_fields=False):
@@ -24,7 +34,7 @@ class PodMeta(msgspec.Struct, forbid_unknown_fields=False):
     namespace: str = ""
     resourceVersion: str = ""
     creationTimestamp: str | None = None
-    labels: dict[str, str] | None = None
+    labels: PodLabels | None = None
 
 
 class PodContainer(msgspec.Struct, forbid_unknown_fields=False):

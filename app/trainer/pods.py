@@ -20,7 +20,7 @@ import msgspec
 
 from app.kube.resources import ResourceKind
 from app.trainer import rules
-from app.trainer.pod_wire import PodContainer, PodWire
+from app.trainer.pod_wire import PodContainer, PodLabels, PodWire
 from app.trainer.projection_types import (
     BAD_NAMESPACE,
     TrainJobProjection,
@@ -175,7 +175,7 @@ def build_pod(
     namespace: object,
     resource_version: object,
     creation_timestamp: object,
-    labels: object,
+    labels: object,  # a Mapping (the tolerant path) or the wire's PodLabels
     node: object,
     phase: object,
     containers: Iterable[ContainerParts],
@@ -193,7 +193,9 @@ def build_pod(
     jobset: object = None
     replicated: object = None
     attempt_text: object = None
-    if isinstance(labels, Mapping):
+    if isinstance(labels, PodLabels):
+        jobset, replicated, attempt_text = labels.jobset_name, labels.replicated_job, labels.restart_attempt
+    elif isinstance(labels, Mapping):
         jobset = labels.get(rules.JOBSET_NAME_LABEL)
         replicated = labels.get(rules.REPLICATED_JOB_LABEL)
         attempt_text = labels.get(rules.RESTART_ATTEMPT_LABEL)
