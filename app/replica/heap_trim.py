@@ -19,8 +19,8 @@ trim and climb back by as much before the next one (docs/reliability.md), while 
 And within a second of each complete list (``transients``: the informers' lists applied, the first sync
 included): a list's pages are MB-sized bodies decoded one after another, and glibc serves the later ones
 from the heap (its mmap threshold rises to the largest block freed), so the freed pages stay resident.
-After the first sync of 20,000 pods they were ~0.7 KB a pod, a third of the RSS the pods added, until the
-next periodic trim.
+After the first sync of 20,000 pods they were 0.4-0.7 KB a pod (two runs of a throwaway script), a fifth
+to a third of the RSS the pods added, until the next periodic trim.
 
 Only a process that runs this one replica trims (``Service(owns_process=True)``); the interval is the
 setting ``heap_trim_interval_seconds`` (0: never). Without glibc (``malloc_trim`` missing) it is off.
