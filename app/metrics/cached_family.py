@@ -8,11 +8,6 @@ scrape asked for that format (``bodies(fmt)``: then every series at once, and fr
 series at every flush), so a format nobody scrapes costs nothing; all formats share the blocks, the dirty
 set and the hold.
 
-Chunks or not. By default a block keeps each series' chunk beside the block's join, so a change re-renders
-one series; a family of many series that rarely change (the pod info series: one per pod) is built with
-``keep_chunks=False`` and keeps only the joins: a change re-renders its whole block (64 series, ~0.1 ms),
-and each series' text is held once less (~300 B a pod at the big cluster, docs/benchmarks.md P3).
-
 Its own module because the three family kinds (app/metrics/family_kinds.py) and app/metrics/per_job.py's
 gauges build on it, while the kinds differ only in their numbers and how one series renders.
 Everything here runs on the event loop thread: there is no lock.
@@ -80,7 +75,6 @@ class Family:
         "_exemplars_on",
         "_held",
         "_holds",
-        "_keep_chunks",
         "_order",
         "_pb_labels_cache",
         "_prefixes",
@@ -98,14 +92,7 @@ class Family:
     )
 
     def __init__(
-        self,
-        name: str,
-        documentation: str,
-        mtype: str,
-        label_names: Sequence[str],
-        *,
-        block_series: int = 64,
-        keep_chunks: bool = True,
+        self, name: str, documentation: str, mtype: str, label_names: Sequence[str], *, block_series: int = 64
     ) -> None:
         self.name = name  # name on the HELP/TYPE lines of the text format (counters: with _total)
         self.documentation = documentation
@@ -134,7 +121,6 @@ class Family:
         # and delete keys at the same moments, so blocks (in order) list series in the same order as
         # the state dicts: the text and the Collector agree byte for byte.
         self._block_series = block_series
-        self._keep_chunks = keep_chunks  # False: the chunks are b"" placeholders, blocks render whole
         self._blocks: list[_Block] = []
         self._block_of: dict[LabelValues, _Block] = {}
         self._dirty: set[LabelValues] = set()
@@ -335,25 +321,16 @@ class Family:
         held = self._held
         renderers = [(slot, *self._renderers[slot]) for slot in active]
         blocks: dict[int, _Block] = {}
-        keep = self._keep_chunks
         for key in self._dirty:
             block = block_of[key]
+            zero = key in held
+            for slot, render, render_zero in renderers:
+                block.chunks[slot][key] = render_zero(key) if zero else render(key)
             blocks[id(block)] = block
-            if keep:
-                zero = key in held
-                for slot, render, render_zero in renderers:
-                    block.chunks[slot][key] = render_zero(key) if zero else render(key)
         self._dirty.clear()
         for block in blocks.values():
             for slot in active:
-                block.bodies[slot] = self._join_block(block, slot)
-
-    def _join_block(self, block: _Block, slot: int) -> bytes:
-        if self._keep_chunks:
-            return b"".join(block.chunks[slot].values())
-        render, render_zero = self._renderers[slot]
-        held = self._held
-        return b"".join(render_zero(key) if key in held else render(key) for key in block.chunks[slot])
+                block.bodies[slot] = b"".join(block.chunks[slot].values())
 
     def bodies(self, fmt: Format = Format.TEXT) -> list[bytes]:
         """The joined blocks of ``fmt``, up to date. The caller puts the header before them."""
@@ -364,8 +341,8 @@ class Family:
         out = []
         for block in self._blocks:
             body = block.bodies[slot]
-            if body is None:  # a series was dropped from it, or the slot was just activated
-                body = block.bodies[slot] = self._join_block(block, slot)
+            if body is None:  # a series was dropped from it
+                body = block.bodies[slot] = b"".join(block.chunks[slot].values())
             out.append(body)
         return out
 
@@ -376,11 +353,10 @@ class Family:
         held = self._held
         dirty = self._dirty
         for block in self._blocks:
-            if self._keep_chunks:
-                chunks = block.chunks[slot]
-                for key in chunks:
-                    # A dirty series is rendered by the flush that follows, in every active slot.
-                    if key not in dirty:
-                        chunks[key] = render_zero(key) if key in held else render(key)
+            chunks = block.chunks[slot]
+            for key in chunks:
+                # A dirty series is rendered by the flush that follows, in every active slot.
+                if key not in dirty:
+                    chunks[key] = render_zero(key) if key in held else render(key)
             block.bodies[slot] = None
         self._active.append(slot)

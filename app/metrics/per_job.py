@@ -63,10 +63,8 @@ class ValueGaugeFamily(Family):
 
     __slots__ = ("values",)
 
-    def __init__(
-        self, name: str, documentation: str, label_names: Sequence[str], *, keep_chunks: bool = True
-    ) -> None:
-        super().__init__(name, documentation, "gauge", label_names, keep_chunks=keep_chunks)
+    def __init__(self, name: str, documentation: str, label_names: Sequence[str]) -> None:
+        super().__init__(name, documentation, "gauge", label_names)
         self.values: dict[LabelValues, float] = {}
 
     def set(self, key: LabelValues, value: float) -> None:

@@ -121,7 +121,6 @@ class PodSeries:
             "A pod of the TrainJob bound to a node and not finished (always 1): joins per-pod series such as "
             "dcgm-exporter's to the TrainJob.",
             ("namespace", "trainjob", "pod", "node", "replicated_job", "runtime_ref"),
-            keep_chunks=False,  # one series a pod, changing only when its pod does: its text kept once less
         )
         self.allocated = ValueGaugeFamily(
             _PREFIX + "allocated_accelerators",

@@ -90,53 +90,6 @@ def test_the_pod_series_keep_nothing_per_trainjob() -> None:
     assert series.info.values  # the job with a pod joined it
 
 
-def test_a_family_without_chunks_renders_what_one_with_chunks_does_and_keeps_no_series_text() -> None:
-    # keep_chunks=False (the pod info series): blocks keep only their joins, a change re-renders its block.
-    import random
-
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from app.metrics.cached_family import Format
-    from app.metrics.per_job import ValueGaugeFamily
-
-    labels = ("namespace", "pod")
-    kept = ValueGaugeFamily("pods_kept", "Chunks kept.", labels)
-    joined = ValueGaugeFamily("pods_kept", "Chunks kept.", labels, keep_chunks=False)
-    rng = random.Random(7)
-    keys = [(f"ns-{i % 7}", f"pod-{i}") for i in range(400)]
-
-    def text_of(family: ValueGaugeFamily) -> bytes:
-        class One:
-            def collect(self) -> object:
-                return [family.metric()]
-
-        registry = CollectorRegistry()
-        registry.register(One())  # type: ignore[arg-type]
-        return generate_latest(registry)
-
-    for step in range(60):
-        for _ in range(rng.randrange(1, 40)):
-            key = rng.choice(keys)
-            if rng.random() < 0.3:
-                kept.drop(key)
-                joined.drop(key)
-            else:
-                value = float(rng.randrange(3))
-                kept.set(key, value)
-                joined.set(key, value)
-        if step % 3 == 0:
-            kept.flush()
-            joined.flush()
-        formats = (Format.TEXT, Format.PROTOBUF) if step >= 20 else (Format.TEXT,)  # protobuf asked later
-        for fmt in formats:
-            assert joined.bodies(fmt) == kept.bodies(fmt), (step, fmt)
-        assert joined.header + b"".join(joined.bodies()) == text_of(joined)
-    assert len(joined) > 100
-    chunks = [chunk for block in joined._blocks for slot in block.chunks for chunk in slot.values()]
-    assert set(chunks) == {b""}
-    assert any(chunk for block in kept._blocks for chunk in block.chunks[0].values())
-
-
 def test_the_pods_of_a_job_that_hold_no_node_share_one_share_until_its_last_pod_goes() -> None:
     cache = TrainJobCache()
     series = PodSeries(cache.get)
