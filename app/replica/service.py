@@ -1,8 +1,9 @@
 """The running service: builds informers, the counting pipeline with its hand-over (app/handover/handover.py,
 one call) and the elector, and runs them.
 
-Start order: Kubernetes client → informers (every replica, warm standby) → once every informer has
-synced, the elector (so a new leader always exports from a warm cache) → periodic housekeeping.
+Start order: Kubernetes client → runtime informers, then, once they have synced, the TrainJob informers
+(every replica, warm standby) → once every informer has synced, the elector (so a new leader always exports
+from a warm cache) → periodic housekeeping.
 Stop order: hand over (a leader stops counting and waits, bounded, until scrapes have shown its last
 counts: ``hand_over``) → stop leading (release the Lease with the served watermarks) → informers → client.
 
@@ -115,6 +116,7 @@ class Service:
         self.client: KubeClient | None = None
         self.informers: list[Informer[Any]] = []
         self._trainjob_informers: list[Informer[Any]] = []
+        self._runtime_informers: list[Informer[Any]] = []
         self.elector: LeaseElector | None = None
         self._record_deferred_to: LeaseRecord | None = None  # the Lease start-up waited on, if it did
         self._tasks: list[asyncio.Task[None]] = []
@@ -163,8 +165,10 @@ class Service:
             leases = KubeLeaseClient(self.client, request_timeout=s.renew_deadline_seconds)
             await self.handover.read_lease(leases, s.lease_namespace, s.lease_name)
         self.informers = self._build_informers(self.client)
-        for informer in self.informers:
+        for informer in self._runtime_informers:
             self._spawn(informer.run(), f"informer {informer.name}")
+        for informer in self._trainjob_informers:
+            self._spawn(self._run_after_runtimes(informer), f"informer {informer.name}")
         for watch in self.pods.watches(
             self.client, informer_options(s), self.informer_telemetry, self.priority
         ):
@@ -240,11 +244,11 @@ class Service:
             cluster.append(
                 informer(CLUSTER_TRAINING_RUNTIMES, None, CLUSTER_TRAINING_RUNTIME_PROJECTOR, runtimes)
             )
-        return [
+        self._runtime_informers = [
             *cluster,
             *(informer(TRAINING_RUNTIMES, ns, TRAINING_RUNTIME_PROJECTOR, runtimes) for ns in scopes),
-            *self._trainjob_informers,
         ]
+        return [*self._runtime_informers, *self._trainjob_informers]
 
     def _spawn(self, coro: Any, what: str) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro, name=what)
@@ -264,6 +268,21 @@ class Service:
         while True:
             await asyncio.sleep(_HOUSEKEEPING_INTERVAL)
             self.state.flush_pending()
+
+    async def _run_after_runtimes(self, informer: Informer[Any]) -> None:
+        """Run a TrainJob informer once the runtimes are listed. The controller builds a job from its
+        runtime; a job listed before its runtime can only be read by the controller's naming, and its first
+        write read with the runtime cannot be told from an edge (TrainerState ``_guessed``): a job that
+        started between the two would not count as started. Listed after the runtimes, only the jobs whose
+        runtime does not exist yet are read that way. The runtime lists are small: start-up waits a round
+        trip or two."""
+        # Informers expose a flag, not an event; a short poll until the first sync is cheap.
+        while not self._runtimes_synced():  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        await informer.run()
+
+    def _runtimes_synced(self) -> bool:
+        return all(i.synced for i in self._runtime_informers)
 
     async def _lead_when_synced(self) -> None:
         # Informers expose a flag, not an event; a short poll until the first sync is cheap.
@@ -413,9 +432,14 @@ class Service:
 
     def readiness_problems(self) -> list[str]:
         problems = []
+        runtimes_synced = self._runtimes_synced()
         for informer in self.informers:
             if not informer.synced:
-                problems.append(f"informer {informer.name} has not synced")
+                waits = not runtimes_synced and informer in self._trainjob_informers
+                problems.append(
+                    f"informer {informer.name} "
+                    + ("waits for the runtime lists" if waits else "has not synced")
+                )
             elif informer.stale:
                 problems.append(f"informer {informer.name} is stale (no watch activity)")
         if not self.informers:

@@ -509,9 +509,10 @@ class TrainerState:
                     self._count_finished(new)
         elif old_state != new_state:
             if guessed and _SUSPENDED not in (old_state, new_state):
-                # In the initial list before its runtime (a start-up whose runtime list came after the
-                # TrainJob list), it was read by the controller's naming, a guess: resolved only now, this
-                # is its first reading, as if it were the initial list's, not an edge.
+                # In the initial list before its runtime existed (the service lists the runtimes first,
+                # app/replica/service.py, so only a job of a runtime created later), it was read by the
+                # controller's naming, a guess: resolved only now, this is its first reading, as if it were
+                # the initial list's, not an edge.
                 return
             self._later_edges(old_state, new)
 

@@ -228,8 +228,13 @@ async def test_readyz_503_until_synced(sim: SimulatedCluster, kubeconfig: Path) 
         async def only_trainjobs_missing() -> Any:
             resp = await r.http.get("/readyz")
             body = resp.json()
+            # The TrainJobs are listed after the runtimes: wait for a refused TrainJob LIST too.
+            refused = sim.faults.counters["status_503"] >= 1
             return (
-                resp.status_code == 503 and body["reasons"] == ["informer trainjobs has not synced"] and body
+                refused
+                and resp.status_code == 503
+                and body["reasons"] == ["informer trainjobs has not synced"]
+                and body
             )
 
         body = await eventually(only_trainjobs_missing, timeout=20, what="readyz naming trainjobs only")

@@ -87,8 +87,12 @@ async def test_missing_namespace_is_logged_and_exported(
             lambda: _when(metrics(), lambda t: missing_gauge(t, "team-typo") == "1.0"), what="missing gauge"
         )
         assert missing_gauge(text, "team-a") == "0.0"
-        # Ready all the same: the namespace may be created later.
-        assert (await http.get("/readyz")).status_code == 200
+
+        # Ready all the same (once its informers synced): the namespace may be created later.
+        async def ready() -> bool:
+            return (await http.get("/readyz")).status_code == 200
+
+        await eventually(ready, what="ready with a namespace missing")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
         "namespace team-typo does not exist: nothing is watched there until it is created "
