@@ -26,14 +26,18 @@ stream between a header and a CRC-32/size trailer, and a deflate stream may be c
 made by independent compressors as long as each but the last ends on a byte-aligned sync flush.
 The Trainer segment and the CRC-32 of the Trainer bytes are kept until the Trainer text changes; a
 scrape then compresses only the few kilobytes of self-telemetry and continues the CRC from the cached
-value (a CRC can be continued over appended data, not prepended data: hence the order).
+value (a CRC can be continued over appended data, not prepended data: hence the order). When the Trainer
+text changed, only its changed parts are compressed again (app/metrics/deflate_parts.py): the segment is
+made of a piece per family header and block, kept while that header or block is unchanged.
 
 All methods run on the event loop thread. A scrape costs: the Trainer text from its cache
 (app/metrics/series_cache.py), the self-telemetry registry (collected every time, its families re-rendered
-only when they changed: app/metrics/registry_render.py, ~0.3 ms), and, if the Trainer text changed since the
-last gzip scrape, compressing it (~3 ms of CPU per MB at level 1, the largest cost for bodies of several
-MB); the async variant does that compression in a worker thread (zlib releases the GIL) while the loop
-renders the self-telemetry, so the two overlap on two cores and the loop is never held for the compression.
+only when they changed: app/metrics/registry_render.py, ~0.3 ms), and, for the parts of the Trainer text
+that changed since the last gzip scrape, compressing them (~3 ms of CPU per MB at level 1, the largest cost
+after a sync or a scrape format's first use, for bodies of several MB). The async variant compresses
+``_THREAD_MIN_BYTES`` or more in a worker thread (zlib releases the GIL) while the loop renders the
+self-telemetry, so the two overlap on two cores; less is compressed on the loop, where it costs less than
+the thread's hand-offs.
 
 Bodies of several MB: glibc hands each freshly allocated multi-MB buffer back to the kernel when it is
 freed, so every scrape page-faults the new body in (~3-4 ms per 7 MB measured). Setting
@@ -47,11 +51,13 @@ import asyncio
 import re
 import struct
 import zlib
+from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry
 
 from app.metrics.cached_family import Format
+from app.metrics.deflate_parts import DeflatedText, PartDeflater, deflate
 from app.metrics.protobuf import CONTENT_TYPE_PROTOBUF
 from app.metrics.registry_render import RegistryRenderer, openmetrics_family, protobuf_family, text_family
 
@@ -83,9 +89,10 @@ _PROTOBUF_PROTO = "io.prometheus.client.metricfamily"  # compared lower-cased
 # gzip member header (RFC 1952): magic, CM=deflate, no flags, MTIME=0 (none), XFL=4 (fastest
 # compression), OS=255 (unknown).
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff"
-# Trainer texts at least this large are compressed in a worker thread by the async variant, beside the
-# self-telemetry's render on the loop; below it (~0.1 ms of zlib) the hand-off costs more than it saves.
-_THREAD_MIN_BYTES = 32 * 1024
+# Changed Trainer parts this large together are compressed in a worker thread by the async variant, beside
+# the self-telemetry's render on the loop; below it (~0.4 ms of zlib) the hand-offs, each waiting for the
+# busy loop, cost more than they save.
+_THREAD_MIN_BYTES = 128 * 1024
 
 
 class TrainerSource(Protocol):
@@ -103,16 +110,15 @@ class TrainerSource(Protocol):
         """Delimited protobuf MetricFamily messages."""
         ...
 
+    def parts(self, fmt: Format) -> Sequence[bytes]:
+        """The parts the last render of ``fmt`` was joined from, in order: the same bytes objects while
+        unchanged (the gzip cache keeps a piece per part)."""
+        ...
+
 
 class MetricsResponse(NamedTuple):
     body: bytes
     headers: dict[str, str]  # Content-Type, Vary, and Content-Encoding when compressed
-
-
-class _Segment(NamedTuple):
-    source: bytes  # the uncompressed bytes this segment encodes (compared by identity)
-    deflated: bytes  # raw deflate, ended by a sync flush (not final)
-    crc: int  # CRC-32 of source
 
 
 def _parse_params(item: str) -> tuple[str, dict[str, str]]:
@@ -221,7 +227,8 @@ class MetricsExposition:
         }
         self._gzip_level = gzip_level
         self._source: TrainerSource | None = None
-        self._segments: dict[Format, _Segment] = {}  # by format, for the current source
+        self._segments: dict[Format, DeflatedText] = {}  # by format, for the current source
+        self._deflaters = {fmt: PartDeflater(gzip_level) for fmt in Format}
 
     @property
     def trainer_source(self) -> TrainerSource | None:
@@ -230,6 +237,8 @@ class MetricsExposition:
     def set_trainer_source(self, source: TrainerSource | None) -> None:
         self._source = source
         self._segments.clear()
+        for deflater in self._deflaters.values():
+            deflater.clear()
 
     def build_metrics_response(self, accept: str | None, accept_encoding: str | None) -> MetricsResponse:
         """The response for one scrape, built synchronously (compression included)."""
@@ -246,25 +255,36 @@ class MetricsExposition:
         source = self._source
         trainer = self._trainer_part(fmt)
         segment = self._cached_segment(fmt, trainer)
-        if segment is not None or len(trainer) < _THREAD_MIN_BYTES:
+        if segment is not None or source is None:
             return self._build(fmt, True, trainer, segment)
-        # `trainer` is immutable bytes: the loop may change the state meanwhile, safely.
-        compressing = asyncio.ensure_future(asyncio.to_thread(_deflate_segment, trainer, self._gzip_level))
-        # One loop turn between the two renders: timers and probes due meanwhile run (ingestion does not:
-        # the caller's urgent section holds it), so the loop is never held for both renders in one step.
-        await asyncio.sleep(0)
-        tail = self._self_part(fmt)
-        segment = await compressing
+        parts = source.parts(fmt)
+        deflater = self._deflaters[fmt]
+        fresh = deflater.missing(parts)
+        # A loop turn between the Trainer part's render, its compression and the self-telemetry's render:
+        # timers and probes due meanwhile run (ingestion does not: the caller's urgent section holds it),
+        # so the loop is held for one of them at a time.
+        if sum(map(len, fresh)) >= _THREAD_MIN_BYTES:
+            # The parts are immutable bytes: the loop may change the state meanwhile, safely.
+            compressing = asyncio.ensure_future(asyncio.to_thread(deflate, fresh, self._gzip_level))
+            await asyncio.sleep(0)
+            tail = self._self_part(fmt)
+            pieces = await compressing
+        else:
+            await asyncio.sleep(0)
+            pieces = deflate(fresh, self._gzip_level)
+            await asyncio.sleep(0)
+            tail = self._self_part(fmt)
         if self._source is not source:
-            # Leadership changed while compressing: answer for the new situation (a follower must not
-            # serve Trainer metrics rendered a moment ago as leader).
+            # Leadership changed meanwhile: answer for the new situation (a follower must not serve
+            # Trainer metrics rendered a moment ago as leader).
             return self._build(fmt, True)
+        segment = deflater.segment(trainer, parts, fresh, pieces)
         return self._finish(fmt, trainer, self._store_segment(fmt, segment), tail)
 
     # --- internals ---------------------------------------------------------------------------------
 
     def _build(
-        self, fmt: Format, gzip: bool, trainer: bytes | None = None, segment: _Segment | None = None
+        self, fmt: Format, gzip: bool, trainer: bytes | None = None, segment: DeflatedText | None = None
     ) -> MetricsResponse:
         """The response built on the calling thread (``trainer`` and its cached ``segment`` if read)."""
         if trainer is None:
@@ -273,8 +293,14 @@ class MetricsExposition:
         if not gzip:
             return self._finish(fmt, trainer, None)
         if segment is None:
-            segment = self._store_segment(fmt, _deflate_segment(trainer, self._gzip_level))
+            segment = self._store_segment(fmt, self._deflate(fmt, trainer))
         return self._finish(fmt, trainer, segment)
+
+    def _deflate(self, fmt: Format, trainer: bytes) -> DeflatedText:
+        source = self._source
+        if source is None:  # no Trainer part: nothing to keep
+            return DeflatedText(trainer, b"", 0)
+        return self._deflaters[fmt].compress(trainer, source.parts(fmt))
 
     def _trainer_part(self, fmt: Format) -> bytes:
         source = self._source
@@ -289,18 +315,18 @@ class MetricsExposition:
         # OpenMetrics ends with the body's one "# EOF": the self part is last (see the module docstring).
         return body + _EOF if fmt is Format.OPENMETRICS else body
 
-    def _cached_segment(self, fmt: Format, trainer: bytes) -> _Segment | None:
+    def _cached_segment(self, fmt: Format, trainer: bytes) -> DeflatedText | None:
         cached = self._segments.get(fmt)
         if cached is not None and cached.source is trainer:
             return cached
         return None
 
-    def _store_segment(self, fmt: Format, segment: _Segment) -> _Segment:
+    def _store_segment(self, fmt: Format, segment: DeflatedText) -> DeflatedText:
         self._segments[fmt] = segment
         return segment
 
     def _finish(
-        self, fmt: Format, trainer: bytes, segment: _Segment | None, tail: bytes | None = None
+        self, fmt: Format, trainer: bytes, segment: DeflatedText | None, tail: bytes | None = None
     ) -> MetricsResponse:
         if tail is None:
             tail = self._self_part(fmt)  # self-telemetry (and # EOF): fresh on every scrape
@@ -314,12 +340,3 @@ class MetricsExposition:
         body = b"".join((_GZIP_HEADER, segment.deflated, last, struct.pack("<II", crc, size)))
         headers["Content-Encoding"] = "gzip"
         return MetricsResponse(body, headers)
-
-
-def _deflate_segment(data: bytes, level: int) -> _Segment:
-    """A non-final raw deflate segment for ``data`` that another segment may follow."""
-    if not data:
-        return _Segment(data, b"", 0)
-    compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
-    deflated = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
-    return _Segment(data, deflated, zlib.crc32(data))

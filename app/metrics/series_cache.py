@@ -65,6 +65,7 @@ class SeriesCache:
         "_clock",
         "_flush_every",
         "_next_publish",
+        "_parts",
         "_publish_interval",
         "families",
     )
@@ -99,6 +100,8 @@ class SeriesCache:
         self._changes = 0
         self._before_publish = before_publish
         self._bodies: list[bytes | None] = [None] * len(Format)
+        # Per format, the parts its body was last joined from (the exposition compresses them one by one).
+        self._parts: list[tuple[bytes, ...]] = [()] * len(Format)
 
     @property
     def series_count(self) -> int:
@@ -143,14 +146,20 @@ class SeriesCache:
     def render(self, fmt: Format) -> bytes:
         body = self._bodies[fmt]
         if body is None:
-            body = self._bodies[fmt] = self._join(fmt)
+            parts = self._parts[fmt] = self._collect(fmt)
+            body = self._bodies[fmt] = b"".join(parts)
         return body
+
+    def parts(self, fmt: Format) -> tuple[bytes, ...]:
+        """The parts (family headers and blocks, as bytes objects the families keep while unchanged) whose
+        join is the body ``render(fmt)`` returned last: call it right after ``render``."""
+        return self._parts[fmt]
 
     def metrics(self) -> Iterator[Metric]:
         for family in self.families:
             yield family.metric()
 
-    def _join(self, fmt: Format) -> bytes:
+    def _collect(self, fmt: Format) -> tuple[bytes, ...]:
         # One join over every header and block: unchanged blocks are not copied twice.
         parts: list[bytes] = []
         for family in self.families:
@@ -162,4 +171,4 @@ class SeriesCache:
             else:
                 parts.append(family.om_header if fmt is Format.OPENMETRICS else family.header)
                 parts.extend(bodies)
-        return b"".join(parts)
+        return tuple(parts)

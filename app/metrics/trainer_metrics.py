@@ -296,6 +296,10 @@ class TrainerMetricState:
         self._served(*served)
         return body
 
+    def parts(self, fmt: Format) -> tuple[bytes, ...]:
+        """The parts the last render of ``fmt`` was joined from (``SeriesCache.parts``)."""
+        return self._series.parts(fmt)
+
     def collector(self) -> TrainerCollector:
         return TrainerCollector(self)
 

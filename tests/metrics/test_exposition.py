@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import threading
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -171,14 +172,14 @@ async def test_leadership_lost_while_the_trainer_part_is_compressed_serves_no_tr
     for i in range(3000):  # past the size from which compression moves to a thread
         state.on_jobs_gauge((f"ns-{i}", REF, "running"), 1)
     entered, release = threading.Event(), threading.Event()
-    deflate = exposition_module._deflate_segment
+    deflate = exposition_module.deflate
 
-    def held_deflate(data: bytes, level: int) -> Any:
+    def held_deflate(parts: Sequence[bytes], level: int) -> Any:
         entered.set()
         release.wait(10)
-        return deflate(data, level)
+        return deflate(parts, level)
 
-    monkeypatch.setattr(exposition_module, "_deflate_segment", held_deflate)
+    monkeypatch.setattr(exposition_module, "deflate", held_deflate)
     building = asyncio.ensure_future(exposition.build_metrics_response_async(None, "gzip"))
     await asyncio.to_thread(entered.wait, 10)
     exposition.set_trainer_source(None)  # stops leading while the thread compresses the leader's text
