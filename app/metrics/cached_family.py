@@ -42,6 +42,10 @@ _PB_TYPES = {
 }
 
 
+# Prefixes of dropped series kept per family for a series that comes back (``Family._prefix``).
+_GONE_PREFIXES = 512
+
+
 class _Block:
     """A run of consecutive series of one family and their joined chunks, per slot (a slot per format the
     family renders differently in).
@@ -73,6 +77,7 @@ class Family:
         "_blocks",
         "_dirty",
         "_exemplars_on",
+        "_gone_prefixes",
         "_held",
         "_holds",
         "_order",
@@ -125,6 +130,8 @@ class Family:
         self._block_of: dict[LabelValues, _Block] = {}
         self._dirty: set[LabelValues] = set()
         self._prefixes: dict[LabelValues, bytes] = {}
+        # The prefixes of the latest dropped series, oldest first (see ``_prefix``).
+        self._gone_prefixes: dict[LabelValues, bytes] = {}
         self.changed = False  # anything changed since the last render (cleared by SeriesCache)
         # Born at zero (see the module docstring): series rendered as zeros, those among them no served
         # render has shown yet (their hold has not started), and (release time, series) in time order.
@@ -194,7 +201,12 @@ class Family:
             self._unserved.append(key)
 
     def _drop_series(self, key: LabelValues) -> None:
-        self._prefixes.pop(key, None)
+        prefix = self._prefixes.pop(key, None)
+        if prefix is not None:
+            gone = self._gone_prefixes
+            if len(gone) >= _GONE_PREFIXES:
+                del gone[next(iter(gone))]
+            gone[key] = prefix
         if self._pb_labels_cache is not None:
             self._pb_labels_cache.pop(key, None)
         block = self._block_of.pop(key)
@@ -239,6 +251,7 @@ class Family:
         self._block_of = {}
         self._dirty = set()
         self._prefixes = {}
+        self._gone_prefixes = {}
         if self._pb_labels_cache is not None:
             self._pb_labels_cache = {}
         self._held = set()
@@ -264,10 +277,17 @@ class Family:
 
     def _prefix(self, key: LabelValues) -> bytes:
         """``name{labels} `` of a single-sample series, escaped and sorted once per series: the hot
-        path re-renders only the value (two gauge series move on every TrainJob state change)."""
+        path re-renders only the value (two gauge series move on every TrainJob state change).
+
+        A series that comes back soon after it went (a gauge whose count fell to 0 and rose again: under a
+        watch firehose, rendering such prefixes again was a quarter of a publish's work) takes its
+        prefix from the last ``_GONE_PREFIXES`` dropped ones."""
         prefix = self._prefixes.get(key)
         if prefix is None:
-            prefix = self._prefixes[key] = f"{self.name}{self._labelstr(key)} ".encode()
+            prefix = self._gone_prefixes.pop(key, None)
+            if prefix is None:
+                prefix = f"{self.name}{self._labelstr(key)} ".encode()
+            self._prefixes[key] = prefix
         return prefix
 
     def _pb_labels(self, key: LabelValues) -> bytes:

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
+from app.metrics import cached_family
 from app.metrics.counted import (
     ACCELERATOR_BUCKETS,
     CREATED,
@@ -192,6 +193,36 @@ def test_jobs_gauge_zero_removes_the_series() -> None:
     state.on_jobs_gauge(key, 0)  # removing an absent series is a no-op
     state.on_jobs_gauge(key, 5)
     assert text != state.render_text() == reference_text(state)
+
+
+def test_a_series_that_comes_back_reuses_its_rendered_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under a watch firehose a state's count falls to 0 and rises again between publishes: its labels are
+    # not escaped and sorted again (cached_family._GONE_PREFIXES), and the text stays what it must be.
+    state = TrainerMetricState()
+    family = type(state.trainjobs)
+    keys = [(f"team-{i}", REF, "running") for i in range(cached_family._GONE_PREFIXES + 10)]
+    rendered: list[object] = []
+    real = family._labelstr
+
+    def counting(self: cached_family.Family, key: tuple[str, ...]) -> str:
+        if key in keys:
+            rendered.append(key)
+        return real(self, key)
+
+    monkeypatch.setattr(family, "_labelstr", counting)
+    for key in keys:
+        state.on_jobs_gauge(key, 1)
+    state.render_text()
+    assert len(rendered) == len(keys)
+    for key in keys:
+        state.on_jobs_gauge(key, 0)
+    state.render_text()
+    for key in keys:
+        state.on_jobs_gauge(key, 3)
+    assert state.render_text() == reference_text(state)
+    # Only the series dropped before the last _GONE_PREFIXES were rendered again: the kept prefixes are
+    # bounded, oldest out first.
+    assert sorted(rendered[len(keys) :]) == sorted(keys[:10])
 
 
 def test_runtime_info_is_read_only_when_signalled() -> None:
