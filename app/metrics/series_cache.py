@@ -100,7 +100,8 @@ class SeriesCache:
         self._changes = 0
         self._before_publish = before_publish
         self._bodies: list[bytes | None] = [None] * len(Format)
-        # Per format, the parts its body was last joined from (the exposition compresses them one by one).
+        # Per format, the parts its body was last joined from (the exposition compresses them one by one):
+        # kept until the next render of that format, so a block a flush replaced lives until then.
         self._parts: list[tuple[bytes, ...]] = [()] * len(Format)
 
     @property
