@@ -39,7 +39,7 @@ from prometheus_client.metrics_core import Metric
 from app.metrics.per_job import ValueGaugeFamily
 from app.trainer import rules
 from app.trainer.event_builder import MAX_ACCELERATOR_CLASSES, OTHER_ACCELERATOR_CLASS
-from app.trainer.pods import PodProjection, TrainJobLookup, pod_trainjob
+from app.trainer.pods import PodProjection, TrainJobLookup, nameable_by_pods, pod_trainjob
 from app.trainer.projection_types import TrainJobProjection
 
 __all__ = ["POD_STATUSES", "PodJobHandler", "PodSeries", "PodSeriesHandler", "PodSeriesTelemetry"]
@@ -67,33 +67,52 @@ JobKey = tuple[str, str]  # (namespace, TrainJob name)
 InfoKey = tuple[str, str, str, str, str, str]
 
 
-class _Share(NamedTuple):
-    """What one joined pod contributes to its job's series."""
+def _joined(pod: PodProjection, job: TrainJobProjection | None) -> bool:
+    """``pod`` belongs to ``job`` (the cached TrainJob of its namespace and JobSet name, or None)."""
+    if job is None:
+        return False
+    # A pod older than the TrainJob is a previous TrainJob's (same name), not yet gone.
+    return pod.created is None or job.created is None or pod.created >= job.created
 
-    job: JobKey
+
+class _Contribution(NamedTuple):
+    """What one pod adds to its job's series."""
+
     info: InfoKey | None  # its info series' labels, while it holds a node (None: none)
     devices: rules.Devices  # while it holds a node
     restart: int | None
 
 
-_NOTHING: Final = _Share(("", ""), None, (), None)
+_NOTHING: Final = _Contribution(None, (), None)
 
 
-class _JobShares:
-    """What the pods of one TrainJob share: its (namespace, name) tuple, and the shares of its pods that hold
-    no node, one per restart attempt (with the shared tuple, ~80 B a finished pod saved, by tracemalloc)."""
+def _contribution(pod: PodProjection, job: TrainJobProjection | None) -> _Contribution:
+    """What ``pod`` adds to the series of ``job`` (as ``_joined`` takes it). A pure function of the two: what
+    a pod added is computed again when it changes rather than kept, so the join keeps nothing per pod but
+    the pod itself (~200 B a pod less than a kept share, by tracemalloc)."""
+    if not _joined(pod, job):
+        return _NOTHING
+    assert job is not None
+    if not pod.holds_node:
+        return _Contribution(None, (), pod.restart_attempt)
+    name = pod.name
+    info: InfoKey | None = None
+    node, replicated = pod.node, pod.replicated_job
+    if rules.is_object_name(name) and rules.is_object_name(node) and rules.is_label_value(replicated):
+        info = (pod.namespace, pod.jobset, name, node, replicated, job.runtime_ref)
+    return _Contribution(info, () if pod.implausible else pod.devices, pod.restart_attempt)
 
-    __slots__ = ("idle", "key")
 
-    def __init__(self, key: JobKey) -> None:
-        self.key = key
-        self.idle: dict[int | None, _Share] = {}
+class _JobPods:
+    """The pods of one namespace and JobSet name, and what the joined ones add up to."""
 
-    def idle_share(self, restart: int | None) -> _Share:
-        share = self.idle.get(restart)
-        if share is None:
-            share = self.idle[restart] = _Share(self.key, None, (), restart)
-        return share
+    __slots__ = ("at_attempt", "attempt", "devices", "pods")
+
+    def __init__(self) -> None:
+        self.pods: dict[str, PodProjection] = {}  # by key
+        self.devices: dict[str, int] = {}  # per accelerator_class label: the joined pods' devices
+        self.attempt: int | None = None  # the largest restart attempt of the joined pods
+        self.at_attempt = 0  # joined pods with that attempt
 
 
 class PodSeries:
@@ -136,19 +155,15 @@ class PodSeries:
         )
         self.families: tuple[ValueGaugeFamily, ...] = (self.info, self.allocated, self.restarts)
         self._jobs = jobs
-        # Every pod heard of, by (namespace, jobset-name), then key: the pods a TrainJob event rejoins. A dict
-        # rather than a set of keys plus a dict of pods: one entry a pod, and a small dict is a third of a
-        # small set's size.
-        self._by_job: dict[JobKey, dict[str, PodProjection]] = {}
-        self._shares: dict[str, _Share] = {}  # what each joined pod contributes
-        # Pods with an info series: those whose share has one and that are not waiting (no set of keys: at
-        # 20,000 pods a set costs ~100 B a pod).
+        # Every pod heard of, by (namespace, jobset-name): the pods a TrainJob event rejoins, and their sums.
+        # Invariant: each pod's contribution to the families is ``_contribution(pod, job)`` for the pod kept
+        # here and the TrainJob as last told (pod events read it in the informer's cache, which is updated
+        # before the TrainJob's handler is told; TrainJob events pass the old and new states).
+        self._by_job: dict[JobKey, _JobPods] = {}
+        # Pods with an info series: those whose contribution has one and that are not waiting (no set of
+        # keys: at 20,000 pods a set costs ~100 B a pod).
         self._exported = 0
         self._waiting: dict[str, InfoKey] = {}  # pods over the cap, oldest first
-        # Per job with pods (in ``_by_job``): what its pods' shares share.
-        self._job_shares: dict[JobKey, _JobShares] = {}
-        self._devices: dict[JobKey, dict[str, int]] = {}  # per job, per class label
-        self._attempts: dict[JobKey, dict[int, int]] = {}  # per job, restart attempt -> pods
         self._classes: set[str] = set()
         self._implausible: set[str] = set()  # pods whose device counts were not believed (counted once)
         self._cap_logged = False
@@ -168,144 +183,190 @@ class PodSeries:
         counts = dict.fromkeys(POD_STATUSES, 0)
         counts["exported"] = self._exported
         counts["over_cap"] = len(self._waiting)
-        for key, pod in (item for pods in self._by_job.values() for item in pods.items()):
-            share = self._shares.get(key)
-            if share is not None:
-                if share.info is None:
-                    counts["invalid_labels" if pod.holds_node else "not_holding"] += 1
-            elif not pod.jobset:
-                counts["no_jobset_label"] += 1
-            else:
-                job = pod_trainjob(self._jobs, pod.namespace, pod.jobset)
-                counts["no_trainjob" if job is None else "older_than_trainjob"] += 1
+        for (namespace, jobset), record in self._by_job.items():
+            job = pod_trainjob(self._jobs, namespace, jobset)
+            for pod in record.pods.values():
+                if _joined(pod, job):
+                    if _contribution(pod, job).info is None:
+                        counts["invalid_labels" if pod.holds_node else "not_holding"] += 1
+                elif not jobset:
+                    counts["no_jobset_label"] += 1
+                else:
+                    counts["no_trainjob" if job is None else "older_than_trainjob"] += 1
         return counts
 
     @property
     def pods(self) -> int:
-        return sum(len(pods) for pods in self._by_job.values())
+        return sum(len(record.pods) for record in self._by_job.values())
 
     # --- TrainJobs (PodJobHandler) ---------------------------------------------------------------------
 
     # Told after the informer's cache changed: the pods of that namespace and name join what it holds now.
 
     def job_added(self, job: TrainJobProjection) -> None:
-        self._rejoin(job)
+        self._rejoin(job, None, self._known(job))
 
     def job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
         if old.runtime_ref != new.runtime_ref or old.created != new.created or old.uid_key != new.uid_key:
-            self._rejoin(new)
+            self._rejoin(new, self._known(old), self._known(new))
 
     def job_deleted(self, last: TrainJobProjection) -> None:
-        self._rejoin(last)
+        self._rejoin(last, self._known(last), None)
 
-    def _rejoin(self, job: TrainJobProjection) -> None:
-        pods = self._by_job.get((job.namespace, job.name))
-        if not pods:
+    @staticmethod
+    def _known(job: TrainJobProjection) -> TrainJobProjection | None:
+        """``job`` if a pod can name it (``pod_trainjob``), else None."""
+        return job if nameable_by_pods(job) else None
+
+    def _rejoin(
+        self, job: TrainJobProjection, before: TrainJobProjection | None, after: TrainJobProjection | None
+    ) -> None:
+        """The job's pods move from what they added to ``before`` to what they add to ``after``."""
+        job_key = (job.namespace, job.name)
+        record = self._by_job.get(job_key)
+        if record is None:
             return  # nearly every TrainJob: no pod of it cached
         self._statuses = None
         changed = False
-        for pod_key, pod in pods.items():
-            changed |= self._update_share(pod_key, pod)
+        devices: dict[str, int] = {}
+        attempt: int | None = None
+        at_attempt = 0
+        for key, pod in record.pods.items():
+            old, new = _contribution(pod, before), _contribution(pod, after)
+            if old.info != new.info:
+                changed |= self._set_info(key, old.info, new.info)
+            self._note_implausible(key, pod, after)
+            for cls, count in new.devices:
+                label = self._class_label(cls, counting=new.devices != old.devices)
+                devices[label] = devices.get(label, 0) + count
+            if new.restart is not None:
+                if attempt is None or new.restart > attempt:
+                    attempt, at_attempt = new.restart, 1
+                elif new.restart == attempt:
+                    at_attempt += 1
+        for label in record.devices.keys() - devices.keys():
+            self.allocated.drop((*job_key, label))
+            changed = True
+        for label, total in devices.items():
+            if record.devices.get(label) != total:
+                self.allocated.set((*job_key, label), float(total))
+                changed = True
+        record.devices = devices
+        changed |= self._set_attempt(job_key, record, attempt, at_attempt)
         if changed:
             self._changed()
 
     # --- pods (PodSeriesHandler) -------------------------------------------------------------------------
 
     def pod_added(self, pod: PodProjection) -> None:
-        self._statuses = None
-        key = pod.key
-        self._by_job.setdefault((pod.namespace, pod.jobset), {})[key] = pod
-        if self._update_share(key, pod):
-            self._changed()
+        self._place(pod)
 
     def pod_updated(self, old: PodProjection, new: PodProjection) -> None:
-        self._statuses = None
-        old_job, new_job = (old.namespace, old.jobset), (new.namespace, new.jobset)
-        if old_job != new_job:  # labels are mutable: a pod relabelled to another JobSet moves
-            self._unindex(old.key, old_job)
-        self._by_job.setdefault(new_job, {})[new.key] = new
-        if self._update_share(new.key, new):
-            self._changed()
+        if (old.namespace, old.jobset) != (new.namespace, new.jobset):  # labels are mutable: it moves
+            self._remove(old.key, (old.namespace, old.jobset))
+        self._place(new)
 
     def pod_deleted(self, last: PodProjection) -> None:
+        self._implausible.discard(last.key)
+        self._remove(last.key, (last.namespace, last.jobset))
+
+    def _place(self, pod: PodProjection) -> None:
+        """``pod`` is the one of its key in its job's pods, adding what it adds instead of what the one it
+        replaces added."""
         self._statuses = None
-        key = last.key
-        self._implausible.discard(key)
-        self._unindex(key, (last.namespace, last.jobset))
-        if self._update_share(key, None):
+        job_key = (pod.namespace, pod.jobset)
+        record = self._by_job.get(job_key)
+        if record is None:
+            record = self._by_job[job_key] = _JobPods()
+        key = pod.key
+        previous = record.pods.get(key)
+        record.pods[key] = pod
+        job = pod_trainjob(self._jobs, *job_key)
+        self._note_implausible(key, pod, job)
+        old = _NOTHING if previous is None else _contribution(previous, job)
+        if self._apply(key, old, _contribution(pod, job), job_key=job_key, record=record, job=job):
             self._changed()
 
-    def _unindex(self, key: str, job: JobKey) -> None:
-        pods = self._by_job.get(job)
-        if pods is not None:
-            pods.pop(key, None)
-            if not pods:
-                del self._by_job[job]
-                self._job_shares.pop(job, None)
+    def _remove(self, key: str, job_key: JobKey) -> None:
+        self._statuses = None
+        record = self._by_job.get(job_key)
+        previous = None if record is None else record.pods.pop(key, None)
+        if record is None or previous is None:
+            return
+        job = pod_trainjob(self._jobs, *job_key)
+        changed = self._apply(
+            key, _contribution(previous, job), _NOTHING, job_key=job_key, record=record, job=job
+        )
+        if not record.pods:
+            del self._by_job[job_key]
+        if changed:
+            self._changed()
 
     # --- the join ----------------------------------------------------------------------------------------
 
-    def _share_of(self, pod: PodProjection | None) -> _Share | None:
-        """What ``pod`` contributes now: None when it is not joined to a cached TrainJob."""
-        if pod is None:
-            return None
-        job = pod_trainjob(self._jobs, pod.namespace, pod.jobset)
-        if job is None:
-            return None
-        if pod.created is not None and job.created is not None and pod.created < job.created:
-            return None  # a previous TrainJob's pod (same name), not yet gone
-        job_key = (pod.namespace, pod.jobset)
-        shared = self._job_shares.get(job_key)
-        if shared is None:
-            shared = self._job_shares[job_key] = _JobShares(job_key)
-        key = shared.key
-        if not pod.holds_node:
-            return shared.idle_share(pod.restart_attempt)
-        info: InfoKey | None = None
-        if (
-            rules.is_object_name(pod.name)
-            and rules.is_object_name(pod.node)
-            and rules.is_label_value(pod.replicated_job)
-        ):
-            info = (pod.namespace, pod.jobset, pod.name, pod.node, pod.replicated_job, job.runtime_ref)
-        devices = pod.devices
-        if pod.implausible:
-            if pod.key not in self._implausible:  # one limit hit per pod, not per event of it
-                self._implausible.add(pod.key)
-                if self._on_limit is not None:
-                    self._on_limit(REQUESTED_QUANTITY_LIMIT)
-            devices = ()
-        return _Share(key, info, devices, pod.restart_attempt)
-
-    def _update_share(self, key: str, pod: PodProjection | None) -> bool:
-        """Apply the difference between what pod ``key`` contributed and what ``pod`` contributes (None: a
-        deleted pod). True when a family changed."""
-        old = self._shares.get(key)
-        new = self._share_of(pod)
+    def _apply(
+        self,
+        key: str,
+        old: _Contribution,
+        new: _Contribution,
+        *,
+        job_key: JobKey,
+        record: _JobPods,
+        job: TrainJobProjection | None,
+    ) -> bool:
+        """Pod ``key`` adds ``new`` instead of ``old`` (its job's pods already hold it as it is now). True
+        when a family changed."""
         if old == new:
             return False
-        if new is None:
-            del self._shares[key]
-        else:
-            self._shares[key] = new
-        before, after = old or _NOTHING, new or _NOTHING
         changed = False
-        if before.info != after.info:
-            changed |= self._set_info(key, before.info, after.info)
-        # Added before the old part is taken away: a sum or a max that stays is never dropped in between.
-        if before.devices != after.devices or before.job != after.job:
-            if after.devices:
-                self._add_devices(after.job, after.devices, 1)
-            if before.devices:
-                self._add_devices(before.job, before.devices, -1)
-            changed |= bool(before.devices or after.devices)
-        if before.restart != after.restart or before.job != after.job:
-            if after.restart is not None:
-                self._add_attempt(after.job, after.restart, 1)
-            if before.restart is not None:
-                self._add_attempt(before.job, before.restart, -1)
-            changed |= before.restart is not None or after.restart is not None
+        if old.info != new.info:
+            changed |= self._set_info(key, old.info, new.info)
+        # Added before the old part is taken away: a sum that stays is never dropped in between.
+        if old.devices != new.devices:
+            if new.devices:
+                self._add_devices(job_key, record, new.devices, 1)
+            if old.devices:
+                self._add_devices(job_key, record, old.devices, -1)
+            changed = True
+        if old.restart != new.restart:
+            attempt, at_attempt = record.attempt, record.at_attempt
+            if new.restart is not None:
+                if attempt is None or new.restart > attempt:
+                    attempt, at_attempt = new.restart, 1
+                elif new.restart == attempt:
+                    at_attempt += 1
+            if old.restart is not None and old.restart == attempt:
+                at_attempt -= 1
+                if not at_attempt:  # the last pod of the largest attempt: find the next largest
+                    attempt = None
+                    for pod in record.pods.values():
+                        restart = _contribution(pod, job).restart
+                        if restart is not None:
+                            if attempt is None or restart > attempt:
+                                attempt, at_attempt = restart, 1
+                            elif restart == attempt:
+                                at_attempt += 1
+            changed |= self._set_attempt(job_key, record, attempt, at_attempt)
         return changed
+
+    def _note_implausible(self, key: str, pod: PodProjection, job: TrainJobProjection | None) -> None:
+        """One limit hit per pod (not per event of it) whose device counts are not believed while it
+        would hold them."""
+        if pod.implausible and key not in self._implausible and pod.holds_node and _joined(pod, job):
+            self._implausible.add(key)
+            if self._on_limit is not None:
+                self._on_limit(REQUESTED_QUANTITY_LIMIT)
+
+    def _set_attempt(self, job_key: JobKey, record: _JobPods, attempt: int | None, at_attempt: int) -> bool:
+        previous = record.attempt
+        record.attempt, record.at_attempt = attempt, at_attempt
+        if attempt == previous:
+            return False
+        if attempt is None:
+            self.restarts.drop(job_key)
+        else:
+            self.restarts.set(job_key, float(attempt))
+        return True
 
     def _set_info(self, key: str, old: InfoKey | None, new: InfoKey | None) -> bool:
         changed = False
@@ -350,19 +411,17 @@ class PodSeries:
         self.info.set(info, 1.0)
         return True
 
-    def _add_devices(self, job: JobKey, devices: rules.Devices, sign: int) -> None:
-        per_class = self._devices.setdefault(job, {})
+    def _add_devices(self, job_key: JobKey, record: _JobPods, devices: rules.Devices, sign: int) -> None:
+        per_class = record.devices
         for cls, count in devices:
             label = self._class_label(cls, counting=sign > 0)
             total = per_class.get(label, 0) + sign * count
             if total > 0:
                 per_class[label] = total
-                self.allocated.set((*job, label), float(total))
+                self.allocated.set((*job_key, label), float(total))
             else:
                 per_class.pop(label, None)
-                self.allocated.drop((*job, label))
-        if not per_class:
-            del self._devices[job]
+                self.allocated.drop((*job_key, label))
 
     def _class_label(self, cls: str, *, counting: bool) -> str:
         """The accelerator_class label of ``cls``: itself while fewer than the cap are in use, else
@@ -375,19 +434,6 @@ class PodSeries:
         if counting and self._on_limit is not None:
             self._on_limit(ACCELERATOR_CLASSES_LIMIT)
         return OTHER_ACCELERATOR_CLASS
-
-    def _add_attempt(self, job: JobKey, attempt: int, sign: int) -> None:
-        attempts = self._attempts.setdefault(job, {})
-        pods = attempts.get(attempt, 0) + sign
-        if pods > 0:
-            attempts[attempt] = pods
-        else:
-            attempts.pop(attempt, None)
-        if attempts:
-            self.restarts.set(job, float(max(attempts)))
-        else:
-            del self._attempts[job]
-            self.restarts.drop(job)
 
     def _changed(self) -> None:
         if self._on_change is not None:
@@ -433,16 +479,22 @@ class PodJobHandler:
             self.on_relist = relist
 
     def on_added(self, obj: TrainJobProjection, initial: bool) -> None:
-        self._inner.on_added(obj, initial)
-        self._series.job_added(obj)
+        try:
+            self._inner.on_added(obj, initial)
+        finally:  # the join follows the cache even if the inner handler failed
+            self._series.job_added(obj)
 
     def on_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
-        self._inner.on_updated(old, new)
-        self._series.job_updated(old, new)
+        try:
+            self._inner.on_updated(old, new)
+        finally:  # the join follows the cache even if the inner handler failed
+            self._series.job_updated(old, new)
 
     def on_deleted(self, last: TrainJobProjection) -> None:
-        self._inner.on_deleted(last)
-        self._series.job_deleted(last)
+        try:
+            self._inner.on_deleted(last)
+        finally:  # the join follows the cache even if the inner handler failed
+            self._series.job_deleted(last)
 
 
 class PodSeriesTelemetry:

@@ -126,9 +126,13 @@ def pod_trainjob(jobs: TrainJobLookup, namespace: str, jobset: str) -> TrainJobP
     if not jobset:
         return None
     job = jobs(namespace, jobset)
-    if job is None or job.flags & BAD_NAMESPACE or not rules.is_dns_label(jobset):
-        return None
-    return job
+    return job if job is not None and nameable_by_pods(job) else None
+
+
+def nameable_by_pods(job: TrainJobProjection) -> bool:
+    """A pod's labels can name ``job``: its name is a DNS label and its namespace one a real API server
+    would send."""
+    return not job.flags & BAD_NAMESPACE and rules.is_dns_label(job.name)
 
 
 def _same_but_version(a: PodProjection, b: PodProjection) -> bool:

@@ -9,6 +9,7 @@ and the JobSet is named after its TrainJob (kubeflow/trainer v2.3.0
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -408,3 +409,67 @@ def test_self_telemetry_reports_pods_and_the_watch_status() -> None:
     assert values[("trainer_metrics_pod_series_pods", (("status", "over_cap"),))] == 1
     assert values[("trainer_metrics_pod_series_max_pods", ())] == 1
     assert values[("trainer_metrics_pod_watch_status", (("namespace", ""), ("status", "forbidden")))] == 1
+
+
+def test_random_pod_and_trainjob_events_leave_the_series_a_fresh_join_would_build() -> None:
+    """The join keeps no per-pod contribution: it computes what a pod added again from the pod and its job
+    as last told. After any sequence of pod and TrainJob events (relabels, restarts, phases, a TrainJob
+    deleted, recreated, its runtime changed) the families equal those of a series fed the same objects
+    once."""
+    rng = random.Random(7)
+    s = Setup()
+    pods: dict[str, PodProjection] = {}
+    jobs: dict[str, Any] = {}
+    rv = 100
+
+    def check() -> None:
+        fresh = Setup()
+        for j in jobs.values():
+            fresh.jobs.on_added(j, True)
+        for p in pods.values():
+            fresh.pods.on_added(p, True)
+        for name in (INFO, ALLOCATED, RESTARTS):
+            assert s.values(name) == fresh.values(name), name
+        assert s.series.pod_statuses() == fresh.series.pod_statuses()
+
+    for _ in range(400):
+        rv += 1
+        roll = rng.random()
+        job_name = rng.choice(("llama", "mistral", "gemma"))
+        if roll < 0.15:
+            job = projected_trainjob(
+                job_name,
+                ref=rng.choice(("torch-distributed", "deepspeed")),
+                uid=f"uid-{job_name}-{rng.randrange(2)}",
+                created=rng.choice(("2025-06-01T10:00:00Z", "2025-06-01T10:00:10Z")),
+            )
+            old = jobs.get(job_name)
+            jobs[job_name] = job
+            if old is None:
+                s.jobs.on_added(job, False)
+            elif old.uid != job.uid:  # another TrainJob of the same name: the informer says so
+                s.jobs.on_deleted(old)
+                s.jobs.on_added(job, False)
+            else:
+                s.jobs.on_updated(old, job)
+        elif roll < 0.22 and job_name in jobs:
+            s.jobs.on_deleted(jobs.pop(job_name))
+        elif roll < 0.35 and pods:
+            s.pods.on_deleted(pods.pop(rng.choice(sorted(pods))))
+        else:
+            p = pod(
+                f"p{rng.randrange(12)}",
+                job=rng.choice((job_name, job_name, None)),
+                node=rng.choice(("n1", "n2", "")),
+                phase=rng.choice(("Running", "Running", "Pending", "Succeeded", "Failed")),
+                gpus=rng.choice((0, 1, 8, "1e300")),
+                attempt=rng.choice(("0", "1", "2", None)),
+                rv=str(rv),
+            )
+            old_pod = pods.get(p.key)
+            pods[p.key] = p
+            if old_pod is None:
+                s.pods.on_added(p, False)
+            else:
+                s.pods.on_updated(old_pod, p)
+        check()

@@ -90,18 +90,30 @@ def test_the_pod_series_keep_nothing_per_trainjob() -> None:
     assert series.info.values  # the job with a pod joined it
 
 
-def test_the_pods_of_a_job_that_hold_no_node_share_one_share_until_its_last_pod_goes() -> None:
+def test_the_join_keeps_nothing_per_pod_but_the_pod() -> None:
+    """What a pod adds to its job's series is computed again when the pod or its job changes, not kept:
+    per pod the join holds only its entry in the job's pods (the series keep their own labels)."""
     cache = TrainJobCache()
     series = PodSeries(cache.get)
     cache.handler = PodJobHandler(NullHandler(), series)
     cache.on_added(projected_trainjob("llama", ns="team-a"), True)
-    done = [pod(f"llama-node-0-{i}", phase="Succeeded") for i in range(3)]
-    running = pod("llama-node-0-9")
-    for p in (*done, running):
-        series.pod_added(p)
-    shares = [series._shares[p.key] for p in done]
-    assert shares[0] is shares[1] is shares[2]  # one object for every finished pod of the job
-    assert series._shares[running.key].job is shares[0].job  # and one (namespace, name) tuple
-    for p in (*done, running):
+    pods = [pod(f"llama-node-0-{i}", phase="Succeeded", rv=str(i)) for i in range(2000)]
+    join_file = ("app/metrics/pods.py",)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for p in pods:
+            series.pod_added(p)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    kept = sum(
+        stat.size_diff
+        for stat in after.compare_to(before, "traceback")
+        if any(frame.filename.endswith(join_file) for frame in stat.traceback)
+    )
+    assert kept / len(pods) < 80  # one dict entry a pod (~40-75 B); a kept share was ~200 B more
+    assert series.restarts.values == {("team-a", "llama"): 0.0}
+    for p in pods:
         series.pod_deleted(p)
-    assert not series._job_shares and not series._shares  # nothing kept once the job has no pod
+    assert not series._by_job and not series.restarts.values  # nothing kept once the job has no pod
