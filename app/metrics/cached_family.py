@@ -8,6 +8,11 @@ scrape asked for that format (``bodies(fmt)``: then every series at once, and fr
 series at every flush), so a format nobody scrapes costs nothing; all formats share the blocks, the dirty
 set and the hold.
 
+Without chunks (``keep_chunks=False``): for series that change rarely (the pod series: a pod binds, ends,
+goes), so that their text is kept once (in the block's join), not twice (also as each series' chunk).
+The block dicts keep only the keys, in order (the shared ``b""``), and a flush re-renders whole blocks of
+``block_series`` series for the few that changed. No hold nor exemplars: both live in per-series chunks.
+
 Its own module because the three family kinds (app/metrics/family_kinds.py) and app/metrics/per_job.py's
 gauges build on it, while the kinds differ only in their numbers and how one series renders.
 Everything here runs on the event loop thread: there is no lock.
@@ -54,21 +59,24 @@ class _Block:
     TLB misses: ~5-10 ms for 7 MB measured, against ~1 ms from a few thousand contiguous blocks).
     A change re-joins only the blocks it touched; a scrape joins the blocks.
 
-    Size: a block holds each of its series' chunks once per slot and their join once per slot, so a
-    family costs about twice its rendered bodies in every slot a scrape asked for, plus ~200 bytes of
-    dict entry per series and slot; sparse blocks are merged (``Family._merge_sparse``), so a family of
-    ``n`` series has at most ``2 n / block_series + 1`` blocks whatever the order its series ended in."""
+    Size: with chunks a block holds each of its series' chunks once per slot and their join once per
+    slot, so a family costs about twice its rendered bodies in every slot a scrape asked for; without
+    (``keep_chunks=False``) only the joins, once. Either way ~200 bytes of dict entry per series and
+    slot; sparse blocks are merged (``Family._merge_sparse``), so a family of ``n`` series has at most
+    ``2 n / block_series + 1`` blocks whatever the order its series ended in."""
 
     __slots__ = ("bodies", "chunks")
 
     def __init__(self, slots: int) -> None:
-        # Every slot's dict holds every series of the block, in the same order (b"" until rendered).
+        # Every slot's dict holds every series of the block, in the same order (b"" until rendered, and
+        # always without chunks).
         self.chunks: list[dict[LabelValues, bytes]] = [{} for _ in range(slots)]
         self.bodies: list[bytes | None] = [None] * slots
 
 
 class Family:
-    """One metric family: a rendered chunk per series, grouped in blocks, and the series to re-render."""
+    """One metric family: a rendered chunk per series (unless ``keep_chunks`` is off), grouped in blocks,
+    and the series to re-render."""
 
     __slots__ = (
         "_active",
@@ -80,6 +88,7 @@ class Family:
         "_gone_prefixes",
         "_held",
         "_holds",
+        "_keep_chunks",
         "_order",
         "_pb_labels_cache",
         "_prefixes",
@@ -97,7 +106,14 @@ class Family:
     )
 
     def __init__(
-        self, name: str, documentation: str, mtype: str, label_names: Sequence[str], *, block_series: int = 64
+        self,
+        name: str,
+        documentation: str,
+        mtype: str,
+        label_names: Sequence[str],
+        *,
+        block_series: int = 64,
+        keep_chunks: bool = True,
     ) -> None:
         self.name = name  # name on the HELP/TYPE lines of the text format (counters: with _total)
         self.documentation = documentation
@@ -126,6 +142,7 @@ class Family:
         # and delete keys at the same moments, so blocks (in order) list series in the same order as
         # the state dicts: the text and the Collector agree byte for byte.
         self._block_series = block_series
+        self._keep_chunks = keep_chunks  # see the module docstring, "Without chunks"
         self._blocks: list[_Block] = []
         self._block_of: dict[LabelValues, _Block] = {}
         self._dirty: set[LabelValues] = set()
@@ -146,6 +163,8 @@ class Family:
     def enable_exemplars(self) -> None:
         """Render OpenMetrics from chunks of its own (``_render_openmetrics``: the text with exemplars).
         Before the first series is added."""
+        if not self._keep_chunks:
+            raise RuntimeError(f"{self.name}: exemplars need the series chunks (keep_chunks=False)")
         if self._blocks or len(self._renderers) > 2:
             raise RuntimeError("enable_exemplars before any series, once")
         self._slot_of = [0, 1, 2]
@@ -154,6 +173,8 @@ class Family:
 
     def enable_hold(self) -> None:
         """Render every series added from now on as zeros until ``serve`` releases it."""
+        if not self._keep_chunks:
+            raise RuntimeError(f"{self.name}: a hold needs the series chunks (keep_chunks=False)")
         self._holds = True
 
     def held(self, key: LabelValues) -> bool:
@@ -262,7 +283,7 @@ class Family:
     def touch(self, key: LabelValues) -> None:
         """Re-render ``key`` at the next flush; also for numbers its owner changed in place."""
         if key in self._held and self._active and self._block_of[key].chunks[self._active[0]][key]:
-            return  # its zero chunks are rendered already and stay until the release
+            return  # its zero chunks are rendered already and stay until the release (never without chunks)
         self._dirty.add(key)
         self.changed = True
 
@@ -331,26 +352,38 @@ class Family:
         raise NotImplementedError
 
     def flush(self) -> None:
-        """Re-render the dirty series in every active slot and re-join the blocks they are in."""
+        """Re-render the dirty series in every active slot and re-join the blocks they are in (without
+        chunks: re-render those blocks)."""
         if not self._dirty:
             return
         active = self._active
         if not active:
             return  # nothing rendered yet: the first scrape renders every series of its format
         block_of = self._block_of
-        held = self._held
-        renderers = [(slot, *self._renderers[slot]) for slot in active]
         blocks: dict[int, _Block] = {}
-        for key in self._dirty:
-            block = block_of[key]
-            zero = key in held
-            for slot, render, render_zero in renderers:
-                block.chunks[slot][key] = render_zero(key) if zero else render(key)
-            blocks[id(block)] = block
+        if self._keep_chunks:
+            held = self._held
+            renderers = [(slot, *self._renderers[slot]) for slot in active]
+            for key in self._dirty:
+                block = block_of[key]
+                zero = key in held
+                for slot, render, render_zero in renderers:
+                    block.chunks[slot][key] = render_zero(key) if zero else render(key)
+                blocks[id(block)] = block
+        else:
+            for key in self._dirty:
+                block = block_of[key]
+                blocks[id(block)] = block
         self._dirty.clear()
         for block in blocks.values():
             for slot in active:
-                block.bodies[slot] = b"".join(block.chunks[slot].values())
+                block.bodies[slot] = self._join(block, slot)
+
+    def _join(self, block: _Block, slot: int) -> bytes:
+        """``block``'s body in ``slot``: its chunks joined, or without chunks its series rendered."""
+        if self._keep_chunks:
+            return b"".join(block.chunks[slot].values())
+        return b"".join(map(self._renderers[slot][0], block.chunks[slot]))
 
     def bodies(self, fmt: Format = Format.TEXT) -> list[bytes]:
         """The joined blocks of ``fmt``, up to date. The caller puts the header before them."""
@@ -361,22 +394,25 @@ class Family:
         out = []
         for block in self._blocks:
             body = block.bodies[slot]
-            if body is None:  # a series was dropped from it
-                body = block.bodies[slot] = b"".join(block.chunks[slot].values())
+            if body is None:  # a series was dropped from it, or (without chunks) its slot just activated
+                body = block.bodies[slot] = self._join(block, slot)
             out.append(body)
         return out
 
     def _activate(self, slot: int) -> None:
         """A scrape asks for a format for the first time: render every series in its slot (flush renders
-        the dirty ones in it from now on)."""
+        the dirty ones in it from now on). Without chunks there is nothing per series: ``bodies`` renders
+        each block, after the flush that re-renders those holding a dirty series (each block once)."""
         render, render_zero = self._renderers[slot]
         held = self._held
         dirty = self._dirty
+        keep = self._keep_chunks
         for block in self._blocks:
-            chunks = block.chunks[slot]
-            for key in chunks:
-                # A dirty series is rendered by the flush that follows, in every active slot.
-                if key not in dirty:
-                    chunks[key] = render_zero(key) if key in held else render(key)
+            if keep:
+                chunks = block.chunks[slot]
+                for key in chunks:
+                    # A dirty series is rendered by the flush that follows, in every active slot.
+                    if key not in dirty:
+                        chunks[key] = render_zero(key) if key in held else render(key)
             block.bodies[slot] = None
         self._active.append(slot)

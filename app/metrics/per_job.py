@@ -59,12 +59,17 @@ _JOB: Final = ("namespace", "trainjob")
 
 
 class ValueGaugeFamily(Family):
-    """A gauge family with float values; a series exists while it has a value (0.0 included)."""
+    """A gauge family with float values; a series exists while it has a value (0.0 included).
+
+    ``keep_chunks=False`` for series that change rarely: no text kept per series, a change re-renders its
+    block (app/metrics/cached_family.py, "Without chunks")."""
 
     __slots__ = ("values",)
 
-    def __init__(self, name: str, documentation: str, label_names: Sequence[str]) -> None:
-        super().__init__(name, documentation, "gauge", label_names)
+    def __init__(
+        self, name: str, documentation: str, label_names: Sequence[str], *, keep_chunks: bool = True
+    ) -> None:
+        super().__init__(name, documentation, "gauge", label_names, keep_chunks=keep_chunks)
         self.values: dict[LabelValues, float] = {}
 
     def set(self, key: LabelValues, value: float) -> None:
