@@ -140,18 +140,21 @@ class PodSeries:
             "A pod of the TrainJob bound to a node and not finished (always 1): joins per-pod series such as "
             "dcgm-exporter's to the TrainJob.",
             ("namespace", "trainjob", "pod", "node", "replicated_job", "runtime_ref"),
+            keep_chunks=False,
         )
         self.allocated = ValueGaugeFamily(
             _PREFIX + "allocated_accelerators",
             "Accelerators the TrainJob's pods bound to a node and not finished hold now, by class (each "
             "pod's request as the scheduler counts it; absent when 0).",
             ("namespace", "trainjob", "accelerator_class"),
+            keep_chunks=False,
         )
         self.restarts = ValueGaugeFamily(
             _PREFIX + "restarts",
             "The largest JobSet restart attempt (label jobset.sigs.k8s.io/restart-attempt) over the "
             "TrainJob's pods: how many times JobSet restarted it.",
             ("namespace", "trainjob"),
+            keep_chunks=False,
         )
         self.families: tuple[ValueGaugeFamily, ...] = (self.info, self.allocated, self.restarts)
         self._jobs = jobs
