@@ -6,8 +6,8 @@ but the **served watermark**, per watch stream: the highest rv ``r`` such that e
 that this term counted was *served*, which means:
 
 * *rendered*: a served render (``TrainerMetricState.render_text`` / ``render_openmetrics`` /
-  ``render_protobuf``, one per scrape) at some time ``s`` showed it: the body contained it and none of
-  its series was still held at zero (app/metrics/series_cache.py, born at zero); then
+  ``render_protobuf`` / ``render_parts``, one per scrape) at some time ``s`` showed it: the body contained
+  it and none of its series was still held at zero (app/metrics/series_cache.py, born at zero); then
 * *seen*: ``hold`` seconds have passed since ``s``. Every scraper whose interval is at most ``hold``
   scraped a body rendered in ``[s, s + hold]``, and that body shows the event too (counts only grow
   within a term). With ``hold`` 0 the render itself counts (one scraper).

@@ -1,18 +1,18 @@
 """The Trainer part's gzip, compressed part by part: a part that recurs unchanged is not compressed again.
 
-The Trainer text is joined from parts (each family's header and its blocks of ~64 series, app/metrics/
-series_cache.py). Between two scrapes of a busy cluster few of them change: under P5's watch firehose the
-Trainer text was ~400 KB, and only the TrainJob gauge's ~70 KB changed from one scrape to the next (the
-histograms and counters settle once the jobs have finished). Compressing the whole text again cost ~1 ms
-in a worker thread per scrape, whose hand-backs waited on the busy loop; compressing the changed parts
-cost ~0.35 ms, on the loop.
+The Trainer text is a sequence of parts (each family's header and its blocks of ~64 series, app/metrics/
+series_cache.py), never joined for a gzip scrape. Between two scrapes of a busy cluster few of them
+change: under P5's watch firehose the Trainer text was ~400 KB, and only the TrainJob gauge's ~70 KB
+changed from one scrape to the next (the histograms and counters settle once the jobs have finished).
+Compressing the whole text again cost ~1 ms in a worker thread per scrape, whose hand-backs waited on the
+busy loop; compressing the changed parts cost ~0.35 ms, on the loop.
 
 How: each part is compressed by a compressor of its own and ended with a sync flush, which ends on a byte
 boundary; such pieces may follow one another in one raw deflate stream (each starts with an empty
 history, which only forgoes matches across parts). Parts are bytes objects, so a part is the same text as
 long as it is the same object: pieces are kept by identity, each beside its part (which keeps the part
 alive, so its ``id`` cannot be reused meanwhile), and only for the parts of the latest text. The CRC-32 of
-the gzip trailer is computed over the whole text (~0.1 ms for 400 KB).
+the gzip trailer is computed over the parts in sequence (~0.1 ms for 400 KB).
 
 Cost: the kept pieces, which replace the one segment kept before; the parts of the latest text, which stay
 alive until the next gzip scrape of that format even after their family replaced them (at most one more
@@ -36,9 +36,10 @@ __all__ = ["DeflatedText", "PartDeflater", "deflate"]
 class DeflatedText(NamedTuple):
     """A text as one raw deflate segment that another may follow (it ends on a sync flush, not final)."""
 
-    source: bytes  # the uncompressed text (compared by identity)
+    source: Sequence[bytes]  # the parts of the uncompressed text (the caller compares them by identity)
     deflated: bytes
-    crc: int  # CRC-32 of source
+    crc: int  # CRC-32 of the parts' join
+    size: int  # length of the parts' join
 
 
 def deflate(parts: Sequence[bytes], level: int) -> list[bytes]:
@@ -72,20 +73,23 @@ class PartDeflater:
         return out
 
     def segment(
-        self, text: bytes, parts: Sequence[bytes], fresh: Sequence[bytes], fresh_pieces: Sequence[bytes]
+        self, parts: Sequence[bytes], fresh: Sequence[bytes], fresh_pieces: Sequence[bytes]
     ) -> DeflatedText:
-        """``text`` (the join of ``parts``) as one segment: ``fresh_pieces`` are ``deflate(fresh)`` for the
-        parts ``missing(parts)`` named, the other pieces are the kept ones. Afterwards only ``parts``'
-        pieces are kept. A piece dropped since ``missing`` (a concurrent scrape's text replaced the kept
-        ones while ``fresh`` was compressed in a thread) is compressed here."""
+        """The join of ``parts`` as one segment: ``fresh_pieces`` are ``deflate(fresh)`` for the parts
+        ``missing(parts)`` named, the other pieces are the kept ones. Afterwards only ``parts``' pieces are
+        kept. A piece dropped since ``missing`` (a concurrent scrape's text replaced the kept ones while
+        ``fresh`` was compressed in a thread) is compressed here."""
         kept = self._pieces
         for part, piece in zip(fresh, fresh_pieces, strict=True):
             kept[id(part)] = (part, piece)
         current: dict[int, tuple[bytes, bytes]] = {}
         out = []
+        crc = size = 0
         for part in parts:
             if not part:
                 continue
+            crc = zlib.crc32(part, crc)
+            size += len(part)
             key = id(part)
             entry = kept.get(key)
             if entry is None:
@@ -93,12 +97,12 @@ class PartDeflater:
             current[key] = entry
             out.append(entry[1])
         self._pieces = current
-        return DeflatedText(text, b"".join(out), zlib.crc32(text))
+        return DeflatedText(parts, b"".join(out), crc, size)
 
-    def compress(self, text: bytes, parts: Sequence[bytes]) -> DeflatedText:
+    def compress(self, parts: Sequence[bytes]) -> DeflatedText:
         """``segment`` with the missing pieces compressed here."""
         fresh = self.missing(parts)
-        return self.segment(text, parts, fresh, deflate(fresh, self._level))
+        return self.segment(parts, fresh, deflate(fresh, self._level))
 
     def clear(self) -> None:
         self._pieces = {}

@@ -24,20 +24,22 @@ Body layout: the Trainer part first, then self-telemetry, then (OpenMetrics only
 The Trainer part comes first so its gzip encoding can be cached: a gzip member is a raw deflate
 stream between a header and a CRC-32/size trailer, and a deflate stream may be cut into segments
 made by independent compressors as long as each but the last ends on a byte-aligned sync flush.
-The Trainer segment and the CRC-32 of the Trainer bytes are kept until the Trainer text changes; a
-scrape then compresses only the few kilobytes of self-telemetry and continues the CRC from the cached
-value (a CRC can be continued over appended data, not prepended data: hence the order). When the Trainer
-text changed, only its changed parts are compressed again (app/metrics/deflate_parts.py): the segment is
-made of a piece per family header and block, kept while that header or block is unchanged.
+The Trainer segment, the CRC-32 and the length of the Trainer bytes are kept until the Trainer text changes
+(keyed on the identity of its parts tuple, app/metrics/series_cache.py); a scrape then compresses only the
+few kilobytes of self-telemetry and continues the CRC from the cached value (a CRC can be continued over
+appended data, not prepended data: hence the order). When the Trainer text changed, only its changed parts
+are compressed again (app/metrics/deflate_parts.py): the segment is made of a piece per family header and
+block, kept while that header or block is unchanged. A gzip scrape reads the Trainer text as those parts
+only: it never joins them into one uncompressed body (several MB with many pods watched).
 
-All methods run on the event loop thread. A scrape costs: the Trainer text from its cache
-(app/metrics/series_cache.py), the self-telemetry registry (collected every time, its families re-rendered
-only when they changed: app/metrics/registry_render.py, ~0.3 ms), and, for the parts of the Trainer text
-that changed since the last gzip scrape, compressing them (~3 ms of CPU per MB at level 1, the largest cost
-after a sync or a scrape format's first use, for bodies of several MB). The async variant compresses
-``_THREAD_MIN_BYTES`` or more in a worker thread (zlib releases the GIL) while the loop renders the
-self-telemetry, so the two overlap on two cores; less is compressed on the loop, where it costs less than
-the thread's hand-offs.
+All methods run on the event loop thread. A scrape costs: the Trainer text (its parts, joined only when
+uncompressed) from its cache (app/metrics/series_cache.py), the self-telemetry registry (collected every
+time, its families re-rendered only when they changed: app/metrics/registry_render.py, ~0.3 ms), and, for
+the parts of the Trainer text that changed since the last gzip scrape, compressing them (~3 ms of CPU per
+MB at level 1, the largest cost after a sync or a scrape format's first use, for bodies of several MB).
+The async variant compresses ``_THREAD_MIN_BYTES`` or more in a worker thread (zlib releases the GIL) while
+the loop renders the self-telemetry, so the two overlap on two cores; less is compressed on the loop, where
+it costs less than the thread's hand-offs.
 
 Bodies of several MB: glibc hands each freshly allocated multi-MB buffer back to the kernel when it is
 freed, so every scrape page-faults the new body in (~3-4 ms per 7 MB measured). Setting
@@ -51,7 +53,6 @@ import asyncio
 import re
 import struct
 import zlib
-from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -93,13 +94,15 @@ _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff"
 # the self-telemetry's render on the loop; below it (~0.4 ms of zlib) the hand-offs, each waiting for the
 # busy loop, cost more than they save.
 _THREAD_MIN_BYTES = 128 * 1024
+_NO_TRAINER = DeflatedText((), b"", 0, 0)  # a follower's Trainer segment
 
 
 class TrainerSource(Protocol):
-    """What the exposition needs from the Trainer metrics (TrainerMetricState implements it)."""
+    """What the exposition needs from the Trainer metrics (TrainerMetricState implements it). Each render is
+    a served one: a scrape calls exactly one of them."""
 
     def render_text(self) -> bytes:
-        """Text format 0.0.4; the same object while nothing changed (the gzip cache keys on it)."""
+        """Text format 0.0.4."""
         ...
 
     def render_openmetrics(self) -> bytes:
@@ -110,9 +113,9 @@ class TrainerSource(Protocol):
         """Delimited protobuf MetricFamily messages."""
         ...
 
-    def parts(self, fmt: Format) -> Sequence[bytes]:
-        """The parts the last render of ``fmt`` was joined from, in order: the same bytes objects while
-        unchanged (the gzip cache keeps a piece per part)."""
+    def render_parts(self, fmt: Format) -> tuple[bytes, ...]:
+        """The parts whose join is ``fmt``'s body, in order: the same tuple while nothing changed (the gzip
+        cache keys on it), the same bytes objects while unchanged (it keeps a piece per part)."""
         ...
 
 
@@ -249,15 +252,14 @@ class MetricsExposition:
     ) -> MetricsResponse:
         """Like :meth:`build_metrics_response`, compressing a changed Trainer part in a worker thread while
         the loop renders the self-telemetry (zlib releases the GIL: the two run on two cores at once)."""
-        fmt = negotiate(accept)
-        if not accepts_gzip(accept_encoding):
-            return self._finish(fmt, self._trainer_part(fmt), None)
+        fmt, gzip = negotiate(accept), accepts_gzip(accept_encoding)
         source = self._source
-        trainer = self._trainer_part(fmt)
-        segment = self._cached_segment(fmt, trainer)
-        if segment is not None or source is None:
-            return self._build(fmt, True, trainer, segment)
-        parts = source.parts(fmt)
+        if not gzip or source is None:
+            return self._build(fmt, gzip)
+        parts = source.render_parts(fmt)
+        segment = self._cached_segment(fmt, parts)
+        if segment is not None:
+            return self._finish_gzip(fmt, segment)
         deflater = self._deflaters[fmt]
         fresh = deflater.missing(parts)
         # A loop turn between the Trainer part's render, its compression and the self-telemetry's render:
@@ -278,29 +280,26 @@ class MetricsExposition:
             # Leadership changed meanwhile: answer for the new situation (a follower must not serve
             # Trainer metrics rendered a moment ago as leader).
             return self._build(fmt, True)
-        segment = deflater.segment(trainer, parts, fresh, pieces)
-        return self._finish(fmt, trainer, self._store_segment(fmt, segment), tail)
+        segment = deflater.segment(parts, fresh, pieces)
+        return self._finish_gzip(fmt, self._store_segment(fmt, segment), tail)
 
     # --- internals ---------------------------------------------------------------------------------
 
-    def _build(
-        self, fmt: Format, gzip: bool, trainer: bytes | None = None, segment: DeflatedText | None = None
-    ) -> MetricsResponse:
-        """The response built on the calling thread (``trainer`` and its cached ``segment`` if read)."""
-        if trainer is None:
-            trainer = self._trainer_part(fmt)
-            segment = self._cached_segment(fmt, trainer) if gzip else None
+    def _build(self, fmt: Format, gzip: bool) -> MetricsResponse:
+        """The response built on the calling thread."""
         if not gzip:
-            return self._finish(fmt, trainer, None)
-        if segment is None:
-            segment = self._store_segment(fmt, self._deflate(fmt, trainer))
-        return self._finish(fmt, trainer, segment)
+            return self._finish(fmt, self._trainer_part(fmt))
+        return self._finish_gzip(fmt, self._trainer_segment(fmt))
 
-    def _deflate(self, fmt: Format, trainer: bytes) -> DeflatedText:
+    def _trainer_segment(self, fmt: Format) -> DeflatedText:
         source = self._source
-        if source is None:  # no Trainer part: nothing to keep
-            return DeflatedText(trainer, b"", 0)
-        return self._deflaters[fmt].compress(trainer, source.parts(fmt))
+        if source is None:
+            return _NO_TRAINER
+        parts = source.render_parts(fmt)
+        segment = self._cached_segment(fmt, parts)
+        if segment is None:
+            segment = self._store_segment(fmt, self._deflaters[fmt].compress(parts))
+        return segment
 
     def _trainer_part(self, fmt: Format) -> bytes:
         source = self._source
@@ -315,9 +314,10 @@ class MetricsExposition:
         # OpenMetrics ends with the body's one "# EOF": the self part is last (see the module docstring).
         return body + _EOF if fmt is Format.OPENMETRICS else body
 
-    def _cached_segment(self, fmt: Format, trainer: bytes) -> DeflatedText | None:
+    def _cached_segment(self, fmt: Format, parts: tuple[bytes, ...]) -> DeflatedText | None:
+        # By identity: a changed text is a new tuple, and the segment keeps its own alive.
         cached = self._segments.get(fmt)
-        if cached is not None and cached.source is trainer:
+        if cached is not None and cached.source is parts:
             return cached
         return None
 
@@ -325,18 +325,22 @@ class MetricsExposition:
         self._segments[fmt] = segment
         return segment
 
-    def _finish(
-        self, fmt: Format, trainer: bytes, segment: DeflatedText | None, tail: bytes | None = None
-    ) -> MetricsResponse:
+    def _finish(self, fmt: Format, trainer: bytes) -> MetricsResponse:
+        # Self-telemetry (and # EOF): fresh on every scrape.
+        return MetricsResponse(trainer + self._self_part(fmt), self._headers(fmt))
+
+    def _finish_gzip(self, fmt: Format, segment: DeflatedText, tail: bytes | None = None) -> MetricsResponse:
         if tail is None:
-            tail = self._self_part(fmt)  # self-telemetry (and # EOF): fresh on every scrape
-        headers = {"Content-Type": _CONTENT_TYPES[fmt], "Vary": "Accept, Accept-Encoding"}
-        if segment is None:
-            return MetricsResponse(trainer + tail, headers)
+            tail = self._self_part(fmt)
         compressor = zlib.compressobj(self._gzip_level, zlib.DEFLATED, -zlib.MAX_WBITS)
         last = compressor.compress(tail) + compressor.flush(zlib.Z_FINISH)
         crc = zlib.crc32(tail, segment.crc)
-        size = (len(trainer) + len(tail)) & 0xFFFFFFFF
+        size = (segment.size + len(tail)) & 0xFFFFFFFF
         body = b"".join((_GZIP_HEADER, segment.deflated, last, struct.pack("<II", crc, size)))
+        headers = self._headers(fmt)
         headers["Content-Encoding"] = "gzip"
         return MetricsResponse(body, headers)
+
+    @staticmethod
+    def _headers(fmt: Format) -> dict[str, str]:
+        return {"Content-Type": _CONTENT_TYPES[fmt], "Vary": "Accept, Accept-Encoding"}

@@ -11,11 +11,15 @@ each series (one label set: all its bucket/count/sum lines) as one ``bytes`` chu
   of a millisecond on the event loop. A series that changes a thousand times in an interval is rendered
   once: under a watch firehose every gauge series moves on nearly every event, and rendering per change
   (as every 32 changes did) cost the loop more than the scrapes it served;
-* a scrape flushes what is left and joins the blocks; the joined body is kept until the next change,
-  so repeated scrapes of an unchanged state cost nothing.
+* a scrape flushes what is left and collects the parts (family headers and blocks) into a tuple, kept
+  until the next change, so repeated scrapes of an unchanged state cost nothing. A gzip scrape compresses
+  the parts one by one (app/metrics/deflate_parts.py) and never joins them: the joined body, one more
+  uncompressed copy of the whole text (~175 B a watched pod), is made only for an uncompressed scrape,
+  and kept until the next change too.
 
-A scrape therefore costs one memcpy of the body plus the formatting of what changed since the last
-publish (at most ``publish_interval`` of activity), and nothing per object behind the numbers.
+A scrape therefore costs the formatting of what changed since the last publish (at most
+``publish_interval`` of activity), plus one memcpy of the body when uncompressed, and nothing per object
+behind the numbers.
 
 Born at zero (``Family.enable_hold``, counters and histograms only). PromQL never counts the first
 sample of a series: a series first scraped at 1 hides its first increment from ``increase()`` and
@@ -52,7 +56,8 @@ __all__ = ["SeriesCache"]
 
 
 class SeriesCache:
-    """Families in exposition order, with their joined bodies cached (per format) until the next change.
+    """Families in exposition order, with their parts and joined bodies cached (per format) until the next
+    change.
 
     The owner calls ``changed()`` after updating a series (on the per-event path: one call) and
     ``invalidate()`` when something a render reads lazily went stale without a series changing yet.
@@ -99,10 +104,10 @@ class SeriesCache:
         self._next_publish = 0.0
         self._changes = 0
         self._before_publish = before_publish
+        # Per format, None while stale. The bodies are joined from the parts only when asked for: a gzip
+        # scrape reads the parts alone.
+        self._parts: list[tuple[bytes, ...] | None] = [None] * len(Format)
         self._bodies: list[bytes | None] = [None] * len(Format)
-        # Per format, the parts its body was last joined from (the exposition compresses them one by one):
-        # kept until the next render of that format, so a block a flush replaced lives until then.
-        self._parts: list[tuple[bytes, ...]] = [()] * len(Format)
 
     @property
     def series_count(self) -> int:
@@ -129,6 +134,8 @@ class SeriesCache:
                     family.flush()
 
     def invalidate(self) -> None:
+        parts = self._parts
+        parts[0] = parts[1] = parts[2] = None
         bodies = self._bodies
         bodies[0] = bodies[1] = bodies[2] = None
 
@@ -145,16 +152,19 @@ class SeriesCache:
         return self.render(Format.PROTOBUF)
 
     def render(self, fmt: Format) -> bytes:
+        """The join of ``render_parts(fmt)``; the same object while nothing changed."""
         body = self._bodies[fmt]
         if body is None:
-            parts = self._parts[fmt] = self._collect(fmt)
-            body = self._bodies[fmt] = b"".join(parts)
+            body = self._bodies[fmt] = b"".join(self.render_parts(fmt))
         return body
 
-    def parts(self, fmt: Format) -> tuple[bytes, ...]:
-        """The parts (family headers and blocks, as bytes objects the families keep while unchanged) whose
-        join is the body ``render(fmt)`` returned last: call it right after ``render``."""
-        return self._parts[fmt]
+    def render_parts(self, fmt: Format) -> tuple[bytes, ...]:
+        """The parts of ``fmt`` in order (family headers and blocks, bytes objects the families keep while
+        unchanged); the same tuple while nothing changed."""
+        parts = self._parts[fmt]
+        if parts is None:
+            parts = self._parts[fmt] = self._collect(fmt)
+        return parts
 
     def metrics(self) -> Iterator[Metric]:
         for family in self.families:

@@ -7,16 +7,16 @@ per TrainJob (docs/design/product.md §6, invariant 7). :class:`TrainerCollector
 regular prometheus-client ``Collector``: the tests compare its exposition with ours byte for byte.
 
 What PromQL sees (docs/metrics.md, "How counting works"). With a ``zero_hold`` every counter and histogram
-series is born at zero: ``render_text`` / ``render_openmetrics`` are the *served* renders (one per
-scrape), and a series they show for the first time is shown with all its values 0 for ``zero_hold``
-seconds of served renders before its real values (app/metrics/series_cache.py). Each leader term counts from
-zero (``reset_counts``): a term's series are new to Prometheus (the leader's ``pod`` label), and a
-replica that leads again must not show what its earlier term counted but nobody saw, since the next
-leader counted those again. Listeners (``add_served_listener``) learn of every served render and of
-the series it released, so that the hand-over can say what a scrape has shown
-(app/handover/served.py). Gauges are never held. The protobuf render (``render_protobuf``, native
-histograms included) is a served render like the other two: born at zero, the hand-over and the journal
-apply to it unchanged, since it reads the same series, counts and holds.
+series is born at zero: ``render_text`` / ``render_openmetrics`` / ``render_protobuf`` / ``render_parts``
+(the parts a gzip scrape compresses) are the *served* renders (one per scrape), and a series they show for
+the first time is shown with all its values 0 for ``zero_hold`` seconds of served renders before its real
+values (app/metrics/series_cache.py). Each leader term counts from zero (``reset_counts``): a term's series
+are new to Prometheus (the leader's ``pod`` label), and a replica that leads again must not show what its
+earlier term counted but nobody saw, since the next leader counted those again. Listeners
+(``add_served_listener``) learn of every served render and of the series it released, so that the
+hand-over can say what a scrape has shown (app/handover/served.py). Gauges are never held. The protobuf
+render (native histograms included) is born at zero too, and the hand-over and the journal apply to it
+unchanged, since it reads the same series, counts and holds.
 
 Exemplars (``exemplars=True``): every counter and histogram observation carries the TrainJob behind it
 (app/metrics/exemplars.py), shown in OpenMetrics and protobuf; never on the gauges, the per-TrainJob
@@ -296,9 +296,15 @@ class TrainerMetricState:
         self._served(*served)
         return body
 
-    def parts(self, fmt: Format) -> tuple[bytes, ...]:
-        """The parts the last render of ``fmt`` was joined from (``SeriesCache.parts``)."""
-        return self._series.parts(fmt)
+    def render_parts(self, fmt: Format) -> tuple[bytes, ...]:
+        """The parts whose join is ``fmt``'s body, the same tuple while nothing changed
+        (``SeriesCache.render_parts``): what a gzip scrape compresses, without the joined body. A served
+        render, as the other three."""
+        self._before_read()
+        served = self._serve()
+        parts = self._series.render_parts(fmt)
+        self._served(*served)
+        return parts
 
     def collector(self) -> TrainerCollector:
         return TrainerCollector(self)
