@@ -106,11 +106,13 @@ def _contribution(pod: PodProjection, job: TrainJobProjection | None) -> _Contri
 class _JobPods:
     """The pods of one namespace and JobSet name, and what the joined ones add up to."""
 
-    __slots__ = ("at_attempt", "attempt", "devices", "pods")
+    __slots__ = ("at_attempt", "attempt", "devices", "key", "pods")
 
-    def __init__(self) -> None:
+    def __init__(self, key: JobKey) -> None:
+        self.key = key  # (namespace, JobSet name): the one tuple its series' labels share
         self.pods: dict[str, PodProjection] = {}  # by key
-        self.devices: dict[str, int] = {}  # per accelerator_class label: the joined pods' devices
+        # Per accelerator_class label, the joined pods' devices (None: none, as for most jobs' pods).
+        self.devices: dict[str, int] | None = None
         self.attempt: int | None = None  # the largest restart attempt of the joined pods
         self.at_attempt = 0  # joined pods with that attempt
 
@@ -225,10 +227,10 @@ class PodSeries:
         self, job: TrainJobProjection, before: TrainJobProjection | None, after: TrainJobProjection | None
     ) -> None:
         """The job's pods move from what they added to ``before`` to what they add to ``after``."""
-        job_key = (job.namespace, job.name)
-        record = self._by_job.get(job_key)
+        record = self._by_job.get((job.namespace, job.name))
         if record is None:
             return  # nearly every TrainJob: no pod of it cached
+        job_key = record.key
         self._statuses = None
         changed = False
         devices: dict[str, int] = {}
@@ -247,15 +249,16 @@ class PodSeries:
                     attempt, at_attempt = new.restart, 1
                 elif new.restart == attempt:
                     at_attempt += 1
-        for label in record.devices.keys() - devices.keys():
+        held = record.devices or {}
+        for label in held.keys() - devices.keys():
             self.allocated.drop((*job_key, label))
             changed = True
         for label, total in devices.items():
-            if record.devices.get(label) != total:
+            if held.get(label) != total:
                 self.allocated.set((*job_key, label), float(total))
                 changed = True
-        record.devices = devices
-        changed |= self._set_attempt(job_key, record, attempt, at_attempt)
+        record.devices = devices or None
+        changed |= self._set_attempt(record, attempt, at_attempt)
         if changed:
             self._changed()
 
@@ -280,14 +283,14 @@ class PodSeries:
         job_key = (pod.namespace, pod.jobset)
         record = self._by_job.get(job_key)
         if record is None:
-            record = self._by_job[job_key] = _JobPods()
+            record = self._by_job[job_key] = _JobPods(job_key)
         key = pod.key
         previous = record.pods.get(key)
         record.pods[key] = pod
         job = pod_trainjob(self._jobs, *job_key)
         self._note_implausible(key, pod, job)
         old = _NOTHING if previous is None else _contribution(previous, job)
-        if self._apply(key, old, _contribution(pod, job), job_key=job_key, record=record, job=job):
+        if self._apply(key, old, _contribution(pod, job), record=record, job=job):
             self._changed()
 
     def _remove(self, key: str, job_key: JobKey) -> None:
@@ -297,9 +300,7 @@ class PodSeries:
         if record is None or previous is None:
             return
         job = pod_trainjob(self._jobs, *job_key)
-        changed = self._apply(
-            key, _contribution(previous, job), _NOTHING, job_key=job_key, record=record, job=job
-        )
+        changed = self._apply(key, _contribution(previous, job), _NOTHING, record=record, job=job)
         if not record.pods:
             del self._by_job[job_key]
         if changed:
@@ -313,7 +314,6 @@ class PodSeries:
         old: _Contribution,
         new: _Contribution,
         *,
-        job_key: JobKey,
         record: _JobPods,
         job: TrainJobProjection | None,
     ) -> bool:
@@ -327,9 +327,9 @@ class PodSeries:
         # Added before the old part is taken away: a sum that stays is never dropped in between.
         if old.devices != new.devices:
             if new.devices:
-                self._add_devices(job_key, record, new.devices, 1)
+                self._add_devices(record, new.devices, 1)
             if old.devices:
-                self._add_devices(job_key, record, old.devices, -1)
+                self._add_devices(record, old.devices, -1)
             changed = True
         if old.restart != new.restart:
             attempt, at_attempt = record.attempt, record.at_attempt
@@ -349,7 +349,7 @@ class PodSeries:
                                 attempt, at_attempt = restart, 1
                             elif restart == attempt:
                                 at_attempt += 1
-            changed |= self._set_attempt(job_key, record, attempt, at_attempt)
+            changed |= self._set_attempt(record, attempt, at_attempt)
         return changed
 
     def _note_implausible(self, key: str, pod: PodProjection, job: TrainJobProjection | None) -> None:
@@ -360,7 +360,8 @@ class PodSeries:
             if self._on_limit is not None:
                 self._on_limit(REQUESTED_QUANTITY_LIMIT)
 
-    def _set_attempt(self, job_key: JobKey, record: _JobPods, attempt: int | None, at_attempt: int) -> bool:
+    def _set_attempt(self, record: _JobPods, attempt: int | None, at_attempt: int) -> bool:
+        job_key = record.key
         previous = record.attempt
         record.attempt, record.at_attempt = attempt, at_attempt
         if attempt == previous:
@@ -414,8 +415,11 @@ class PodSeries:
         self.info.set(info, 1.0)
         return True
 
-    def _add_devices(self, job_key: JobKey, record: _JobPods, devices: rules.Devices, sign: int) -> None:
+    def _add_devices(self, record: _JobPods, devices: rules.Devices, sign: int) -> None:
+        job_key = record.key
         per_class = record.devices
+        if per_class is None:
+            per_class = record.devices = {}
         for cls, count in devices:
             label = self._class_label(cls, counting=sign > 0)
             total = per_class.get(label, 0) + sign * count
@@ -425,6 +429,8 @@ class PodSeries:
             else:
                 per_class.pop(label, None)
                 self.allocated.drop((*job_key, label))
+        if not per_class:
+            record.devices = None
 
     def _class_label(self, cls: str, *, counting: bool) -> str:
         """The accelerator_class label of ``cls``: itself while fewer than the cap are in use, else
