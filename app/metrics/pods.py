@@ -14,8 +14,12 @@ The join: a pod belongs to the TrainJob named by its ``jobset-name`` label in it
 TrainJob (a pod of a deleted TrainJob of the same name, still terminating, is never the new job's). Pods
 and TrainJobs arrive in any order: a pod whose TrainJob is not cached yet waits, unjoined, and joins when it
 comes; a deleted TrainJob takes its pods' series with it. The TrainJobs are read in the TrainJob informers'
-caches (``jobs``, app/trainer/pods.py ``TrainJobLookup``), which are updated before their handler is told:
-the join keeps per pod, never per TrainJob, so the many TrainJobs without a pod cost it nothing.
+caches (``jobs``, app/trainer/pods.py ``TrainJobLookup``), which are updated before their handler is told.
+What the join keeps: per namespace and JobSet name with a pod, one record (its pods, their device sums and
+largest restart attempt); per pod, its entry there. What a pod adds to the series is computed again from
+the pod and its TrainJob whenever either changes, never kept, and the many TrainJobs without a pod cost
+nothing. The three families keep no rendered chunk per series (``keep_chunks=False``): their series change
+when pods come, bind, finish or go, and a change re-renders its block of 64 series.
 
 Bounded: at most ``max_pods`` info series (further pods wait and take the slot of the next one to go;
 each pod going over the cap counts one ``pod_series`` limit hit), accelerator classes capped as for the
@@ -24,7 +28,7 @@ replicated job is not a Kubernetes name has no info series but still counts in i
 whose device counts are above the per-node ceiling (rules.MAX_ACCELERATORS_PER_NODE) counts no devices.
 
 Cost: O(classes) per pod event that changes what the pod contributes; O(pods of the job) when a TrainJob
-comes or goes.
+comes, changes its runtime or goes, and when the last pod of a job's largest restart attempt goes.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import msgspec
 
 from app.kube.resources import ResourceKind
 from app.trainer import rules
+from app.trainer.field_builders import object_key
 from app.trainer.pod_wire import PodContainer, PodLabels, PodWire
 from app.trainer.projection_types import (
     BAD_NAMESPACE,
@@ -187,8 +188,12 @@ def build_pod(
     status_reason: object,
     container_reason: object,
     malformed: bool,
+    previous: PodProjection | None = None,
 ) -> PodProjection:
-    """The projection of one pod from its field values, whichever path read them."""
+    """The projection of one pod from its field values, whichever path read them. ``previous``: the
+    cached projection of the same key, whose key and uid objects the new one shares when equal (one
+    string a pod, not one per version); returned itself when nothing differs (a relist of an unchanged
+    pod keeps the cached object, which the pod series hold too)."""
     bad = malformed
     ns, b = _intern(namespace)
     bad |= b
@@ -240,9 +245,15 @@ def build_pod(
     bad |= b
     if bad:
         flags |= MALFORMED
-    return PodProjection(
-        key=f"{ns}/{name}" if ns else name,
-        uid=compact_uid(uid),
+    key = f"{ns}/{name}" if ns else name
+    uid_key = compact_uid(uid)
+    if previous is not None and previous.key == key:
+        key = previous.key
+        if previous.uid_key == uid_key:
+            uid_key = previous.uid_key
+    pod = PodProjection(
+        key=key,
+        uid=uid_key,
         resource_version=compact_rv(rv),
         namespace=ns,
         jobset=jobset_name,
@@ -256,6 +267,9 @@ def build_pod(
         container_reason=failed_container,
         flags=flags,
     )
+    if previous is not None and previous.rv == pod.rv and _same_but_version(previous, pod):
+        return previous
+    return pod
 
 
 # --- tolerant path helpers ----------------------------------------------------------------------------
@@ -325,7 +339,13 @@ class PodProjector:
         they do not read (conditions, container states of running containers, IPs)."""
         return a.rv == b.rv or _same_but_version(a, b)
 
-    def from_wire(self, wire: Any) -> PodProjection:
+    @staticmethod
+    def wire_key(wire: Any) -> str:
+        """The cache key the projection of ``wire`` will have (the informer looks ``previous`` up)."""
+        meta = wire.metadata
+        return object_key(meta.namespace, meta.name)
+
+    def from_wire(self, wire: Any, previous: PodProjection | None = None) -> PodProjection:
         w: PodWire = wire
         meta, spec, status = w.metadata, w.spec, w.status
         failed = None
@@ -350,6 +370,7 @@ class PodProjector:
             status_reason=status.reason if status is not None else None,
             container_reason=failed,
             malformed=False,
+            previous=previous,
         )
 
     def from_json(self, obj: Any) -> PodProjection | None:

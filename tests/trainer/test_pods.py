@@ -315,3 +315,37 @@ def test_unchanged_ignores_status_writes_the_series_do_not_read() -> None:
     assert PROJECTOR.unchanged(a, b)
     obj["status"]["phase"] = "Failed"
     assert not PROJECTOR.unchanged(a, both(obj))
+
+
+# --- versions of one pod -----------------------------------------------------------------------------
+
+
+def _wire(obj: dict[str, Any]) -> Any:
+    line = msgspec.json.encode({"type": "MODIFIED", "object": obj})
+    return msgspec.json.decode(line, type=WatchEvent[PROJECTOR.wire_type]).object
+
+
+def test_a_new_version_shares_the_cached_key_and_uid_objects() -> None:
+    """The informer passes the cached projection of the same key (``wire_key``): a new version keeps one key
+    string and one uid object a pod, not one per version (the cache's dict keeps the first key)."""
+    first = typed(pod())
+    assert PROJECTOR.wire_key(_wire(pod())) == first.key
+    update = pod(phase="Succeeded")
+    update["metadata"]["resourceVersion"] = "43"
+    second = PROJECTOR.from_wire(_wire(update), first)
+    assert second is not first and second.phase == "Succeeded" and second.resource_version == "43"
+    assert second.key is first.key and second.uid_key is first.uid_key
+    other = pod()
+    other["metadata"]["uid"] = "uid-recreated"  # deleted and created again under the same name
+    third = PROJECTOR.from_wire(_wire(other), first)
+    assert third.key is first.key and third.uid == "uid-recreated"
+
+
+def test_an_unchanged_pod_listed_again_is_the_cached_object() -> None:
+    """A relist of a pod whose resourceVersion and fields did not change yields the cached projection
+    itself: the cache and the pod series keep one object, not the old one beside a new copy."""
+    first = typed(pod())
+    assert PROJECTOR.from_wire(_wire(pod()), first) is first
+    probe = pod()
+    probe["metadata"]["resourceVersion"] = "44"  # a status write of nothing the projection reads
+    assert PROJECTOR.from_wire(_wire(probe), first) is not first
