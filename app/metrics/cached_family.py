@@ -27,6 +27,7 @@ from enum import IntEnum
 from prometheus_client.metrics_core import Metric
 
 from app.metrics import protobuf as pb
+from app.metrics.deflate_parts import DeflatedPart, Part
 from app.metrics.formatting import LabelValues, escape_help, escape_label_value
 
 __all__ = ["Family", "Format"]
@@ -71,7 +72,7 @@ class _Block:
         # Every slot's dict holds every series of the block, in the same order (b"" until rendered, and
         # always without chunks).
         self.chunks: list[dict[LabelValues, bytes]] = [{} for _ in range(slots)]
-        self.bodies: list[bytes | None] = [None] * slots
+        self.bodies: list[Part | None] = [None] * slots
 
 
 class Family:
@@ -83,6 +84,7 @@ class Family:
         "_block_of",
         "_block_series",
         "_blocks",
+        "_compressed",
         "_dirty",
         "_exemplars_on",
         "_gone_prefixes",
@@ -114,6 +116,7 @@ class Family:
         *,
         block_series: int = 64,
         keep_chunks: bool = True,
+        compressed: bool = False,
     ) -> None:
         self.name = name  # name on the HELP/TYPE lines of the text format (counters: with _total)
         self.documentation = documentation
@@ -143,6 +146,9 @@ class Family:
         # the state dicts: the text and the Collector agree byte for byte.
         self._block_series = block_series
         self._keep_chunks = keep_chunks  # see the module docstring, "Without chunks"
+        if compressed and keep_chunks:
+            raise ValueError(f"{name}: compressed blocks keep no chunks (keep_chunks=False)")
+        self._compressed = compressed
         self._blocks: list[_Block] = []
         self._block_of: dict[LabelValues, _Block] = {}
         self._dirty: set[LabelValues] = set()
@@ -379,13 +385,15 @@ class Family:
             for slot in active:
                 block.bodies[slot] = self._join(block, slot)
 
-    def _join(self, block: _Block, slot: int) -> bytes:
-        """``block``'s body in ``slot``: its chunks joined, or without chunks its series rendered."""
+    def _join(self, block: _Block, slot: int) -> Part:
+        """``block``'s body in ``slot``: its chunks joined, or without chunks its series rendered (and
+        compressed, when so built)."""
         if self._keep_chunks:
             return b"".join(block.chunks[slot].values())
-        return b"".join(map(self._renderers[slot][0], block.chunks[slot]))
+        text = b"".join(map(self._renderers[slot][0], block.chunks[slot]))
+        return DeflatedPart(text) if self._compressed else text
 
-    def bodies(self, fmt: Format = Format.TEXT) -> list[bytes]:
+    def bodies(self, fmt: Format = Format.TEXT) -> list[Part]:
         """The joined blocks of ``fmt``, up to date. The caller puts the header before them."""
         slot = self._slot_of[fmt]
         if slot not in self._active:

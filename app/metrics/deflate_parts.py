@@ -28,15 +28,61 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
-__all__ = ["DeflatedText", "PartDeflater", "deflate"]
+__all__ = ["DeflatedPart", "DeflatedText", "Part", "PartDeflater", "deflate", "join_parts"]
+
+LEVEL = 1  # zlib level of the exposition's gzip (MetricsExposition's default) and of DeflatedPart pieces
+_ZEROS = bytes(64 * 1024)
+
+
+class DeflatedPart:
+    """A part kept compressed only: its piece as ``deflate`` makes it, the length and CRC-32 of its text.
+
+    For text that is served far more often than it changes and is large: a gzip scrape puts the piece in
+    its body as it is, a plain scrape inflates it (``join_parts``). The pod series keep their blocks so,
+    ~10 times smaller than the text (app/metrics/cached_family.py, ``compressed``)."""
+
+    __slots__ = ("crc", "piece", "size")
+
+    def __init__(self, text: bytes, level: int = LEVEL) -> None:
+        self.piece = deflate((text,), level)[0]
+        self.size = len(text)
+        self.crc = zlib.crc32(text)
+
+    def __len__(self) -> int:
+        return self.size  # the text's, as for a plain part (protobuf's length prefixes count it)
+
+    def text(self) -> bytes:
+        return zlib.decompressobj(-zlib.MAX_WBITS).decompress(self.piece)
+
+
+Part: TypeAlias = bytes | DeflatedPart
+
+
+def join_parts(parts: Sequence[Part]) -> bytes:
+    """The text of ``parts``, the compressed ones inflated."""
+    return b"".join(part.text() if isinstance(part, DeflatedPart) else part for part in parts)
+
+
+def crc32_after(crc: int, part: Part) -> int:
+    """The CRC-32 of a text whose CRC-32 is ``crc`` followed by ``part``'s text. A compressed part's text is
+    not at hand: its CRC is appended by linearity (crc(A+B) = crc(zeros(|B|), crc(A)) ^ crc(zeros(|B|)) ^
+    crc(B)), at the cost of the CRC of as many zeros as it has bytes, which is what its text would cost."""
+    if not isinstance(part, DeflatedPart):
+        return zlib.crc32(part, crc)
+    size, shifted, zero = part.size, crc, 0
+    while size:
+        step = _ZEROS if size >= len(_ZEROS) else memoryview(_ZEROS)[:size]
+        shifted, zero = zlib.crc32(step, shifted), zlib.crc32(step, zero)
+        size -= len(step)
+    return shifted ^ zero ^ part.crc
 
 
 class DeflatedText(NamedTuple):
     """A text as one raw deflate segment that another may follow (it ends on a sync flush, not final)."""
 
-    source: Sequence[bytes]  # the parts of the uncompressed text (the caller compares them by identity)
+    source: Sequence[Part]  # the parts of the uncompressed text (the caller compares them by identity)
     deflated: bytes
     crc: int  # CRC-32 of the parts' join
     size: int  # length of the parts' join
@@ -60,36 +106,39 @@ class PartDeflater:
         self._level = level
         self._pieces: dict[int, tuple[bytes, bytes]] = {}  # id(part) -> (part, its piece)
 
-    def missing(self, parts: Sequence[bytes]) -> list[bytes]:
-        """The parts without a kept piece (each once; empty parts need none)."""
+    def missing(self, parts: Sequence[Part]) -> list[bytes]:
+        """The parts without a kept piece (each once; empty and compressed parts need none)."""
         pieces = self._pieces
         seen: set[int] = set()
         out = []
         for part in parts:
             key = id(part)
-            if part and key not in seen and key not in pieces:
+            if part and not isinstance(part, DeflatedPart) and key not in seen and key not in pieces:
                 seen.add(key)
                 out.append(part)
         return out
 
     def segment(
-        self, parts: Sequence[bytes], fresh: Sequence[bytes], fresh_pieces: Sequence[bytes]
+        self, parts: Sequence[Part], fresh: Sequence[bytes], fresh_pieces: Sequence[bytes]
     ) -> DeflatedText:
         """The join of ``parts`` as one segment: ``fresh_pieces`` are ``deflate(fresh)`` for the parts
         ``missing(parts)`` named, the other pieces are the kept ones. Afterwards only ``parts``' pieces are
         kept. A piece dropped since ``missing`` (a concurrent scrape's text replaced the kept ones while
         ``fresh`` was compressed in a thread) is compressed here."""
         kept = self._pieces
-        for part, piece in zip(fresh, fresh_pieces, strict=True):
-            kept[id(part)] = (part, piece)
+        for text, piece in zip(fresh, fresh_pieces, strict=True):
+            kept[id(text)] = (text, piece)
         current: dict[int, tuple[bytes, bytes]] = {}
         out = []
         crc = size = 0
         for part in parts:
             if not part:
                 continue
-            crc = zlib.crc32(part, crc)
+            crc = crc32_after(crc, part)
             size += len(part)
+            if isinstance(part, DeflatedPart):
+                out.append(part.piece)  # compressed already, kept by its owner
+                continue
             key = id(part)
             entry = kept.get(key)
             if entry is None:
@@ -99,7 +148,7 @@ class PartDeflater:
         self._pieces = current
         return DeflatedText(parts, b"".join(out), crc, size)
 
-    def compress(self, parts: Sequence[bytes]) -> DeflatedText:
+    def compress(self, parts: Sequence[Part]) -> DeflatedText:
         """``segment`` with the missing pieces compressed here."""
         fresh = self.missing(parts)
         return self.segment(parts, fresh, deflate(fresh, self._level))

@@ -58,7 +58,7 @@ from typing import NamedTuple, Protocol
 from prometheus_client import CollectorRegistry
 
 from app.metrics.cached_family import Format
-from app.metrics.deflate_parts import DeflatedText, PartDeflater, deflate
+from app.metrics.deflate_parts import DeflatedText, Part, PartDeflater, deflate
 from app.metrics.protobuf import CONTENT_TYPE_PROTOBUF
 from app.metrics.registry_render import RegistryRenderer, openmetrics_family, protobuf_family, text_family
 
@@ -113,7 +113,7 @@ class TrainerSource(Protocol):
         """Delimited protobuf MetricFamily messages."""
         ...
 
-    def render_parts(self, fmt: Format) -> tuple[bytes, ...]:
+    def render_parts(self, fmt: Format) -> tuple[Part, ...]:
         """The parts whose join is ``fmt``'s body, in order: the same tuple while nothing changed (the gzip
         cache keys on it), the same bytes objects while unchanged (it keeps a piece per part)."""
         ...
@@ -314,7 +314,7 @@ class MetricsExposition:
         # OpenMetrics ends with the body's one "# EOF": the self part is last (see the module docstring).
         return body + _EOF if fmt is Format.OPENMETRICS else body
 
-    def _cached_segment(self, fmt: Format, parts: tuple[bytes, ...]) -> DeflatedText | None:
+    def _cached_segment(self, fmt: Format, parts: tuple[Part, ...]) -> DeflatedText | None:
         # By identity: a changed text is a new tuple, and the segment keeps its own alive.
         cached = self._segments.get(fmt)
         if cached is not None and cached.source is parts:

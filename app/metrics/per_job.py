@@ -62,14 +62,22 @@ class ValueGaugeFamily(Family):
     """A gauge family with float values; a series exists while it has a value (0.0 included).
 
     ``keep_chunks=False`` for series that change rarely: no text kept per series, a change re-renders its
-    block (app/metrics/cached_family.py, "Without chunks")."""
+    block (app/metrics/cached_family.py, "Without chunks"), kept compressed with ``compressed=True``."""
 
     __slots__ = ("values",)
 
     def __init__(
-        self, name: str, documentation: str, label_names: Sequence[str], *, keep_chunks: bool = True
+        self,
+        name: str,
+        documentation: str,
+        label_names: Sequence[str],
+        *,
+        keep_chunks: bool = True,
+        compressed: bool = False,
     ) -> None:
-        super().__init__(name, documentation, "gauge", label_names, keep_chunks=keep_chunks)
+        super().__init__(
+            name, documentation, "gauge", label_names, keep_chunks=keep_chunks, compressed=compressed
+        )
         self.values: dict[LabelValues, float] = {}
 
     def set(self, key: LabelValues, value: float) -> None:

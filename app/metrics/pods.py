@@ -18,8 +18,10 @@ caches (``jobs``, app/trainer/pods.py ``TrainJobLookup``), which are updated bef
 What the join keeps: per namespace and JobSet name with a pod, one record (its pods, their device sums and
 largest restart attempt); per pod, its entry there. What a pod adds to the series is computed again from
 the pod and its TrainJob whenever either changes, never kept, and the many TrainJobs without a pod cost
-nothing. The three families keep no rendered chunk per series (``keep_chunks=False``): their series change
-when pods come, bind, finish or go, and a change re-renders its block of 64 series.
+nothing. The three families keep no rendered chunk per series (``keep_chunks=False``) and their blocks
+compressed only (``compressed=True``, app/metrics/deflate_parts.py ``DeflatedPart``): their series change
+when pods come, bind, finish or go; a change re-renders and compresses its block of 64 series, and a gzip
+scrape, Prometheus' way, sends the pieces as they are.
 
 Bounded: at most ``max_pods`` info series (further pods wait and take the slot of the next one to go;
 each pod going over the cap counts one ``pod_series`` limit hit), accelerator classes capped as for the
@@ -147,6 +149,7 @@ class PodSeries:
             "dcgm-exporter's to the TrainJob.",
             ("namespace", "trainjob", "pod", "node", "replicated_job", "runtime_ref"),
             keep_chunks=False,
+            compressed=True,
         )
         self.allocated = ValueGaugeFamily(
             _PREFIX + "allocated_accelerators",
@@ -154,6 +157,7 @@ class PodSeries:
             "pod's request as the scheduler counts it; absent when 0).",
             ("namespace", "trainjob", "accelerator_class"),
             keep_chunks=False,
+            compressed=True,
         )
         self.restarts = ValueGaugeFamily(
             _PREFIX + "restarts",
@@ -161,6 +165,7 @@ class PodSeries:
             "TrainJob's pods: how many times JobSet restarted it.",
             ("namespace", "trainjob"),
             keep_chunks=False,
+            compressed=True,
         )
         self.families: tuple[ValueGaugeFamily, ...] = (self.info, self.allocated, self.restarts)
         self._jobs = jobs

@@ -25,9 +25,17 @@ import struct
 from collections.abc import Iterable, Sequence
 from enum import IntEnum
 from itertools import groupby
+from typing import Protocol, TypeVar
 
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as ClientExemplar
+
+
+class _Sized(Protocol):
+    def __len__(self) -> int: ...
+
+
+_P = TypeVar("_P", bound=_Sized)  # a chunk: bytes, or one kept compressed whose len() is its text's
 
 __all__ = [
     "CONTENT_TYPE_PROTOBUF",
@@ -147,8 +155,9 @@ def metric_field(metric: bytes) -> bytes:
     return field_bytes(4, metric)
 
 
-def delimited(header: bytes, chunks: Sequence[bytes]) -> list[bytes]:
-    """One MetricFamily with its length in front, as parts to join (the chunks are not copied here)."""
+def delimited(header: bytes, chunks: Sequence[_P]) -> list[bytes | _P]:
+    """One MetricFamily with its length in front, as parts to join (the chunks are not copied here; their
+    ``len`` is their encoded length, compressed ones included)."""
     size = len(header) + sum(len(c) for c in chunks)
     return [varint(size), header, *chunks]
 

@@ -51,6 +51,7 @@ from prometheus_client.metrics_core import Metric
 
 from app.metrics import protobuf as pb
 from app.metrics.cached_family import Family, Format
+from app.metrics.deflate_parts import Part, join_parts
 
 __all__ = ["SeriesCache"]
 
@@ -106,7 +107,7 @@ class SeriesCache:
         self._before_publish = before_publish
         # Per format, None while stale. The bodies are joined from the parts only when asked for: a gzip
         # scrape reads the parts alone.
-        self._parts: list[tuple[bytes, ...] | None] = [None] * len(Format)
+        self._parts: list[tuple[Part, ...] | None] = [None] * len(Format)
         self._bodies: list[bytes | None] = [None] * len(Format)
 
     @property
@@ -155,12 +156,13 @@ class SeriesCache:
         """The join of ``render_parts(fmt)``; the same object while nothing changed."""
         body = self._bodies[fmt]
         if body is None:
-            body = self._bodies[fmt] = b"".join(self.render_parts(fmt))
+            body = self._bodies[fmt] = join_parts(self.render_parts(fmt))
         return body
 
-    def render_parts(self, fmt: Format) -> tuple[bytes, ...]:
-        """The parts of ``fmt`` in order (family headers and blocks, bytes objects the families keep while
-        unchanged); the same tuple while nothing changed."""
+    def render_parts(self, fmt: Format) -> tuple[Part, ...]:
+        """The parts of ``fmt`` in order (family headers and blocks, objects the families keep while
+        unchanged: bytes, or a ``DeflatedPart`` for a family that keeps its blocks compressed); the same
+        tuple while nothing changed."""
         parts = self._parts[fmt]
         if parts is None:
             parts = self._parts[fmt] = self._collect(fmt)
@@ -170,9 +172,9 @@ class SeriesCache:
         for family in self.families:
             yield family.metric()
 
-    def _collect(self, fmt: Format) -> tuple[bytes, ...]:
+    def _collect(self, fmt: Format) -> tuple[Part, ...]:
         # One join over every header and block: unchanged blocks are not copied twice.
-        parts: list[bytes] = []
+        parts: list[Part] = []
         for family in self.families:
             bodies = family.bodies(fmt)
             family.changed = False

@@ -34,6 +34,7 @@ from prometheus_client.metrics_core import Metric
 
 from app.metrics.cached_family import Family, Format
 from app.metrics.counted import FAMILIES, CountedFamily, series_of
+from app.metrics.deflate_parts import Part
 from app.metrics.exemplars import Exemplar, exemplar_ref
 from app.metrics.family_kinds import CounterFamily, GaugeFamily, HistogramFamily
 from app.metrics.formatting import LabelValues
@@ -296,7 +297,7 @@ class TrainerMetricState:
         self._served(*served)
         return body
 
-    def render_parts(self, fmt: Format) -> tuple[bytes, ...]:
+    def render_parts(self, fmt: Format) -> tuple[Part, ...]:
         """The parts whose join is ``fmt``'s body, the same tuple while nothing changed
         (``SeriesCache.render_parts``): what a gzip scrape compresses, without the joined body. A served
         render, as the other three."""

@@ -1,6 +1,6 @@
-"""A family without chunks (``keep_chunks=False``, app/metrics/cached_family.py): the same bytes as with
-chunks in every format, after any sequence of changes, drops, flushes and scrapes; no text kept per series;
-no hold nor exemplars."""
+"""A family without chunks (``keep_chunks=False``, app/metrics/cached_family.py), its blocks kept as text or
+compressed (``compressed=True``): the same bytes as with chunks in every format, after any sequence of
+changes, drops, flushes and scrapes; no text kept per series; no hold nor exemplars."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from app.metrics import protobuf as pb
 from app.metrics.cached_family import Format
+from app.metrics.deflate_parts import DeflatedPart, join_parts
 from app.metrics.per_job import ValueGaugeFamily
 
 LABELS = ("namespace", "pod", "node")
@@ -23,10 +24,12 @@ def key(i: int) -> tuple[str, str, str]:
     return (f"ns-{i % 7}", f'pod-{i}"\n\\', f"node-{i % 3}")
 
 
-def pair(block_series: int = 64) -> tuple[ValueGaugeFamily, ValueGaugeFamily]:
-    families = tuple(
-        ValueGaugeFamily("kubeflow_trainer_trainjob_pod_info", "Pods.", LABELS, keep_chunks=keep)
-        for keep in (True, False)
+def pair(block_series: int = 64, *, compressed: bool = False) -> tuple[ValueGaugeFamily, ValueGaugeFamily]:
+    families = (
+        ValueGaugeFamily("kubeflow_trainer_trainjob_pod_info", "Pods.", LABELS),
+        ValueGaugeFamily(
+            "kubeflow_trainer_trainjob_pod_info", "Pods.", LABELS, keep_chunks=False, compressed=compressed
+        ),
     )
     for family in families:
         family._block_series = block_series  # small blocks: they fill, empty and merge within a few ops
@@ -35,10 +38,10 @@ def pair(block_series: int = 64) -> tuple[ValueGaugeFamily, ValueGaugeFamily]:
 
 def rendered(family: ValueGaugeFamily, fmt: Format) -> bytes:
     bodies = family.bodies(fmt)
-    if fmt is Format.PROTOBUF:
-        return b"".join(pb.delimited(family.pb_header, bodies))
+    if fmt is Format.PROTOBUF:  # the length prefix counts a compressed block's text (its len())
+        return join_parts(pb.delimited(family.pb_header, bodies))
     header = family.om_header if fmt is Format.OPENMETRICS else family.header
-    return header + b"".join(bodies)
+    return header + join_parts(bodies)
 
 
 def fresh(family: ValueGaugeFamily, fmt: Format) -> bytes:
@@ -81,11 +84,11 @@ OPS = st.one_of(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([1, 3, 8, 64]), st.lists(OPS, max_size=120))
+@given(st.sampled_from([1, 3, 8, 64]), st.lists(OPS, max_size=120), st.booleans())
 def test_without_chunks_every_format_renders_the_same_bytes(
-    block_series: int, ops: list[tuple[str, int, int]]
+    block_series: int, ops: list[tuple[str, int, int]], compressed: bool
 ) -> None:
-    chunked, chunkless = pair(block_series)
+    chunked, chunkless = pair(block_series, compressed=compressed)
     for op in ops:
         for family in (chunked, chunkless):
             apply(family, op)
@@ -96,9 +99,10 @@ def test_without_chunks_every_format_renders_the_same_bytes(
         assert_renders(chunked, chunkless, fmt)
 
 
-def test_without_chunks_the_default_blocks_grow_empty_and_merge_the_same() -> None:
+@pytest.mark.parametrize("compressed", [False, True])
+def test_without_chunks_the_default_blocks_grow_empty_and_merge_the_same(compressed: bool) -> None:
     rng = random.Random(7)
-    chunked, chunkless = pair()
+    chunked, chunkless = pair(compressed=compressed)
     for step in range(6000):
         r = rng.random()
         i = rng.randrange(400)
@@ -142,3 +146,19 @@ def test_without_chunks_no_hold_nor_exemplars() -> None:
     with pytest.raises(RuntimeError, match="keep_chunks=False"):
         family.enable_exemplars()
     assert not family._holds and not family._exemplars_on
+
+
+def test_compressed_blocks_keep_no_text_and_are_a_tenth_of_it() -> None:
+    _, family = pair(compressed=True)
+    for i in range(640):
+        family.set(key(i), 1.0)
+    bodies = family.bodies(Format.TEXT)
+    assert bodies and all(isinstance(body, DeflatedPart) for body in bodies)
+    text = sum(len(body) for body in bodies)
+    kept = sum(len(body.piece) for body in bodies if isinstance(body, DeflatedPart))
+    assert kept * 5 < text  # label-heavy lines compress ~10 times
+
+
+def test_compressed_needs_no_chunks() -> None:
+    with pytest.raises(ValueError, match="keep_chunks=False"):
+        ValueGaugeFamily("f", "F.", LABELS, compressed=True)

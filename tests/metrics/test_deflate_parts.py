@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from app.metrics import exposition as exposition_module
 from app.metrics.cached_family import Format
-from app.metrics.deflate_parts import PartDeflater, deflate
+from app.metrics.deflate_parts import DeflatedPart, Part, PartDeflater, crc32_after, deflate, join_parts
 from app.metrics.exposition import CONTENT_TYPE_PROTOBUF, MetricsExposition
 from app.metrics.telemetry import SelfTelemetry
 from app.metrics.trainer_metrics import TrainerMetricState
@@ -34,6 +34,28 @@ def test_the_segment_is_the_text() -> None:
     segment = PartDeflater(1).compress(parts)
     assert _inflate(segment.deflated) == text
     assert segment.crc == zlib.crc32(text) and segment.size == len(text) and segment.source is parts
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, 64 * 1024, 200_000])
+def test_a_compressed_part_appends_its_crc_without_its_text(size: int) -> None:
+    """crc(A+B) from crc(A) and B's CRC and length (zlib's crc32_combine, by the CRC of as many zeros)."""
+    head = b'a{k="1"} 1.0\n' * 50
+    text = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    part = DeflatedPart(text)
+    assert part.text() == text and len(part) == size
+    assert crc32_after(zlib.crc32(head), part) == zlib.crc32(head + text)
+
+
+def test_compressed_parts_go_into_the_segment_as_they_are() -> None:
+    kept = DeflatedPart(b'pod_info{pod="a"} 1.0\n' * 400)
+    parts: list[Part] = [b"# HELP a x\n", kept, b'b{k="2"} 2.0\n' * 30, kept]
+    text = join_parts(parts)
+    deflater = PartDeflater(1)
+    assert deflater.missing(parts) == [parts[0], parts[2]]  # nothing to compress for the kept part
+    segment = deflater.compress(parts)
+    assert _inflate(segment.deflated) == text
+    assert segment.crc == zlib.crc32(text) and segment.size == len(text)
+    assert segment.deflated.count(kept.piece) == 2
 
 
 def test_an_unchanged_part_is_not_compressed_again() -> None:

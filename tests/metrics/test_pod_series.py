@@ -9,16 +9,19 @@ and the JobSet is named after its TrainJob (kubeflow/trainer v2.3.0
 
 from __future__ import annotations
 
+import gzip
 import random
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from app.metrics import protobuf as pb
 from app.metrics.exposition import MetricsExposition
 from app.metrics.pods import PodJobHandler, PodSeries, PodSeriesHandler, PodSeriesTelemetry
 from app.metrics.telemetry import Limit
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer.pods import PodProjection, PodProjector
+from tests.support.metrics_proto import decode_delimited
 from tests.support.pod_shapes import JOBS, projected_trainjob
 from tests.support.trainjob_cache import NullHandler, TrainJobCache
 
@@ -391,6 +394,28 @@ def test_pod_series_are_exported_by_the_leader_only() -> None:
     exposition.set_trainer_source(state)
     body = exposition.build_metrics_response(None, None).body
     assert (INFO + "{").encode() in body and (ALLOCATED + "{").encode() in body
+
+
+def test_pod_series_kept_compressed_serve_every_format_and_gzip() -> None:
+    """The pod families keep their blocks compressed only: a plain scrape inflates them, a gzip scrape sends
+    the pieces as they are (its CRC-32 and length, which gzip checks, cover their text), a protobuf scrape
+    counts their text in its length prefixes."""
+    s = Setup()
+    for j in range(3):
+        s.jobs.on_added(projected_trainjob(f"job-{j}"), True)
+        for i in range(150):
+            s.pods.on_added(pod(f"job-{j}-node-0-{i}", job=f"job-{j}", node=f"n{i % 9}"), True)
+    state = TrainerMetricState(extra_families=s.series.families)
+    exposition = MetricsExposition(CollectorRegistry())
+    exposition.set_trainer_source(state)
+    for accept in (None, "application/openmetrics-text; version=1.0.0", pb.CONTENT_TYPE_PROTOBUF):
+        plain = exposition.build_metrics_response(accept, None).body
+        zipped = exposition.build_metrics_response(accept, "gzip")
+        assert zipped.headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(zipped.body) == plain
+    assert len(s.values(INFO)) == 450
+    families = {f.name: len(f.metric) for f in decode_delimited(state.render_protobuf())}
+    assert families[INFO] == 450  # every length prefix right
 
 
 def test_self_telemetry_reports_pods_and_the_watch_status() -> None:
