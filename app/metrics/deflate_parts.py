@@ -30,9 +30,20 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple, TypeAlias
 
-__all__ = ["DeflatedPart", "DeflatedText", "Part", "PartDeflater", "deflate", "join_parts"]
+__all__ = [
+    "LEVEL",
+    "DeflatedPart",
+    "DeflatedText",
+    "Part",
+    "PartDeflater",
+    "crc32_after",
+    "deflate",
+    "join_parts",
+]
 
-LEVEL = 1  # zlib level of the exposition's gzip (MetricsExposition's default) and of DeflatedPart pieces
+# zlib level of the exposition's gzip (MetricsExposition's default) and of DeflatedPart pieces: the
+# fastest, since a scrape's compression runs on the loop or beside it.
+LEVEL = 1
 _ZEROS = bytes(64 * 1024)
 
 

@@ -58,7 +58,7 @@ from typing import NamedTuple, Protocol
 from prometheus_client import CollectorRegistry
 
 from app.metrics.cached_family import Format
-from app.metrics.deflate_parts import DeflatedText, Part, PartDeflater, deflate
+from app.metrics.deflate_parts import LEVEL, DeflatedText, Part, PartDeflater, deflate
 from app.metrics.protobuf import CONTENT_TYPE_PROTOBUF
 from app.metrics.registry_render import RegistryRenderer, openmetrics_family, protobuf_family, text_family
 
@@ -219,7 +219,7 @@ class MetricsExposition:
     stops: the very next response includes, or no longer includes, the Trainer metrics.
     """
 
-    def __init__(self, registry: CollectorRegistry, *, gzip_level: int = 1) -> None:
+    def __init__(self, registry: CollectorRegistry, *, gzip_level: int = LEVEL) -> None:
         if not 1 <= gzip_level <= 9:
             raise ValueError("gzip_level must be within 1..9")
         # Self-telemetry per format, each family's bytes kept while it is unchanged (registry_render.py).

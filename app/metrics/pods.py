@@ -109,6 +109,17 @@ def _contribution(pod: PodProjection, job: TrainJobProjection | None) -> _Contri
     return _Contribution(info, () if pod.implausible else pod.devices, pod.restart_attempt)
 
 
+_Largest = tuple[int | None, int]  # the largest restart attempt of a job's joined pods, how many have it
+
+
+def _with_attempt(largest: _Largest, restart: int | None) -> _Largest:
+    """``largest`` with one more pod of attempt ``restart`` (None: none) counted."""
+    attempt, count = largest
+    if restart is None or (attempt is not None and restart < attempt):
+        return largest
+    return (restart, count + 1) if restart == attempt else (restart, 1)
+
+
 class _JobPods:
     """The pods of one namespace and JobSet name, and what the joined ones add up to."""
 
@@ -243,8 +254,7 @@ class PodSeries:
         self._statuses = None
         changed = False
         devices: dict[str, int] = {}
-        attempt: int | None = None
-        at_attempt = 0
+        largest: _Largest = (None, 0)
         for key, pod in record.pods.items():
             old, new = _contribution(pod, before), _contribution(pod, after)
             if old.info != new.info:
@@ -253,11 +263,7 @@ class PodSeries:
             for cls, count in new.devices:
                 label = self._class_label(cls, counting=new.devices != old.devices)
                 devices[label] = devices.get(label, 0) + count
-            if new.restart is not None:
-                if attempt is None or new.restart > attempt:
-                    attempt, at_attempt = new.restart, 1
-                elif new.restart == attempt:
-                    at_attempt += 1
+            largest = _with_attempt(largest, new.restart)
         held = record.devices or {}
         for label in held.keys() - devices.keys():
             self.allocated.drop((*job_key, label))
@@ -267,7 +273,7 @@ class PodSeries:
                 self.allocated.set((*job_key, label), float(total))
                 changed = True
         record.devices = devices or None
-        changed |= self._set_attempt(record, attempt, at_attempt)
+        changed |= self._set_attempt(record, largest)
         if changed:
             self._changed()
 
@@ -341,24 +347,15 @@ class PodSeries:
                 self._add_devices(record, old.devices, -1)
             changed = True
         if old.restart != new.restart:
-            attempt, at_attempt = record.attempt, record.at_attempt
-            if new.restart is not None:
-                if attempt is None or new.restart > attempt:
-                    attempt, at_attempt = new.restart, 1
-                elif new.restart == attempt:
-                    at_attempt += 1
+            attempt, at_attempt = _with_attempt((record.attempt, record.at_attempt), new.restart)
             if old.restart is not None and old.restart == attempt:
                 at_attempt -= 1
-                if not at_attempt:  # the last pod of the largest attempt: find the next largest
-                    attempt = None
-                    for pod in record.pods.values():
-                        restart = _contribution(pod, job).restart
-                        if restart is not None:
-                            if attempt is None or restart > attempt:
-                                attempt, at_attempt = restart, 1
-                            elif restart == attempt:
-                                at_attempt += 1
-            changed |= self._set_attempt(record, attempt, at_attempt)
+            largest: _Largest = (attempt, at_attempt)
+            if not at_attempt:  # the last pod of the largest attempt went: find the next largest
+                largest = (None, 0)
+                for pod in record.pods.values():
+                    largest = _with_attempt(largest, _contribution(pod, job).restart)
+            changed |= self._set_attempt(record, largest)
         return changed
 
     def _note_implausible(self, key: str, pod: PodProjection, job: TrainJobProjection | None) -> None:
@@ -369,10 +366,10 @@ class PodSeries:
             if self._on_limit is not None:
                 self._on_limit(REQUESTED_QUANTITY_LIMIT)
 
-    def _set_attempt(self, record: _JobPods, attempt: int | None, at_attempt: int) -> bool:
+    def _set_attempt(self, record: _JobPods, largest: _Largest) -> bool:
         job_key = record.key
-        previous = record.attempt
-        record.attempt, record.at_attempt = attempt, at_attempt
+        previous, attempt = record.attempt, largest[0]
+        record.attempt, record.at_attempt = largest
         if attempt == previous:
             return False
         if attempt is None:

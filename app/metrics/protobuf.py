@@ -22,20 +22,13 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from enum import IntEnum
 from itertools import groupby
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as ClientExemplar
-
-
-class _Sized(Protocol):
-    def __len__(self) -> int: ...
-
-
-_P = TypeVar("_P", bound=_Sized)  # a chunk: bytes, or one kept compressed whose len() is its text's
 
 __all__ = [
     "CONTENT_TYPE_PROTOBUF",
@@ -153,6 +146,9 @@ def family_header(name: str, documentation: str, mtype: MetricType) -> bytes:
 def metric_field(metric: bytes) -> bytes:
     """One Metric as field 4 of its MetricFamily: a series' chunk."""
     return field_bytes(4, metric)
+
+
+_P = TypeVar("_P", bound=Sized)  # a chunk: bytes, or one kept compressed whose len() is its text's
 
 
 def delimited(header: bytes, chunks: Sequence[_P]) -> list[bytes | _P]:

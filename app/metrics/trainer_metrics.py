@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import assert_never
+from typing import TypeVar, assert_never
 
 from prometheus_client.metrics_core import Metric
 
@@ -58,6 +58,7 @@ ServedListener = Callable[[float, list[SeriesRef]], None]
 _Add = Callable[[LabelValues, float, Exemplar | None], None]
 
 _PREFIX = "kubeflow_trainer_"
+_R = TypeVar("_R")  # what a served render returns
 
 
 class TrainerMetricState:
@@ -268,11 +269,7 @@ class TrainerMetricState:
         """All families in the Prometheus text format 0.0.4, from the per-series cache.
 
         A served render (a scrape): it moves the zero holds on (see the module docstring)."""
-        self._before_read()
-        served = self._serve()
-        body = self._series.text()
-        self._served(*served)
-        return body
+        return self._served_render(self._series.text)
 
     def render_openmetrics(self) -> bytes:
         """All families in OpenMetrics 1.0, WITHOUT the final ``# EOF`` line.
@@ -282,30 +279,26 @@ class TrainerMetricState:
         Accept header, so this is what a real scrape usually gets. The tests compare it with
         prometheus_client's OpenMetrics exposition of :class:`TrainerCollector`.
         """
-        self._before_read()
-        served = self._serve()
-        body = self._series.openmetrics()
-        self._served(*served)
-        return body
+        return self._served_render(self._series.openmetrics)
 
     def render_protobuf(self) -> bytes:
         """All families with series as delimited protobuf MetricFamily messages, the histograms with their
         native buckets as well as their classic ones. A served render, as the other two."""
-        self._before_read()
-        served = self._serve()
-        body = self._series.render(Format.PROTOBUF)
-        self._served(*served)
-        return body
+        return self._served_render(lambda: self._series.render(Format.PROTOBUF))
 
     def render_parts(self, fmt: Format) -> tuple[Part, ...]:
         """The parts whose join is ``fmt``'s body, the same tuple while nothing changed
         (``SeriesCache.render_parts``): what a gzip scrape compresses, without the joined body. A served
         render, as the other three."""
+        return self._served_render(lambda: self._series.render_parts(fmt))
+
+    def _served_render(self, render: Callable[[], _R]) -> _R:
+        """``render()`` as a served render: the holds move on before it, the listeners hear of it after."""
         self._before_read()
         served = self._serve()
-        parts = self._series.render_parts(fmt)
+        out = render()
         self._served(*served)
-        return parts
+        return out
 
     def collector(self) -> TrainerCollector:
         return TrainerCollector(self)

@@ -87,6 +87,15 @@ class Setup:
     def _changed(self) -> None:
         self.changes += 1
 
+    def put(self, pods: dict[str, PodProjection], pod: PodProjection) -> None:
+        """``pod`` as the pods watch tells it: added, or an update of the one of its key in ``pods``."""
+        old = pods.get(pod.key)
+        pods[pod.key] = pod
+        if old is None:
+            self.pods.on_added(pod, False)
+        else:
+            self.pods.on_updated(old, pod)
+
     def text(self) -> str:
         state = TrainerMetricState(extra_families=self.series.families)
         return state.render_text().decode()
@@ -357,12 +366,7 @@ def test_the_kept_pod_statuses_follow_every_change() -> None:
         assert s.series.pod_statuses() == fresh.series.pod_statuses()
 
     def add(p: PodProjection) -> None:
-        old = pods.get(p.key)
-        pods[p.key] = p
-        if old is None:
-            s.pods.on_added(p, False)
-        else:
-            s.pods.on_updated(old, p)
+        s.put(pods, p)
         check()
 
     add(pod("llama-node-0-0"))  # no TrainJob yet
@@ -491,10 +495,5 @@ def test_random_pod_and_trainjob_events_leave_the_series_a_fresh_join_would_buil
                 attempt=rng.choice(("0", "1", "2", None)),
                 rv=str(rv),
             )
-            old_pod = pods.get(p.key)
-            pods[p.key] = p
-            if old_pod is None:
-                s.pods.on_added(p, False)
-            else:
-                s.pods.on_updated(old_pod, p)
+            s.put(pods, p)
         check()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import tracemalloc
+from collections.abc import Callable
 
 from app.metrics.counted import LIFETIME
 from app.metrics.exemplars import ExemplarRef
@@ -72,20 +73,12 @@ def test_the_pod_series_keep_nothing_per_trainjob() -> None:
     cache.handler = PodJobHandler(NullHandler(), series)
     jobs = [projected_trainjob(f"job-{i}", ns=f"ns-{i % 10}") for i in range(2000)]
     series.pod_added(pod("job-0-node-0-0", job="job-0", ns="ns-0"))  # one job has a pod: it joins
-    join_files = ("app/metrics/pods.py", "app/trainer/pods.py")
-    tracemalloc.start(16)
-    try:
-        before = tracemalloc.take_snapshot()
+
+    def add_jobs() -> None:
         for job in jobs:
             cache.on_added(job, True)
-        after = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
-    kept = sum(
-        stat.size_diff
-        for stat in after.compare_to(before, "traceback")
-        if any(frame.filename.endswith(join_files) for frame in stat.traceback)
-    )
+
+    kept = _kept_by(("app/metrics/pods.py", "app/trainer/pods.py"), add_jobs)
     assert kept < 8 * 1024  # nothing that grows with the TrainJobs (2,000 of them: ~1 MB before)
     assert series.info.values  # the job with a pod joined it
 
@@ -98,22 +91,31 @@ def test_the_join_keeps_nothing_per_pod_but_the_pod() -> None:
     cache.handler = PodJobHandler(NullHandler(), series)
     cache.on_added(projected_trainjob("llama", ns="team-a"), True)
     pods = [pod(f"llama-node-0-{i}", phase="Succeeded", rv=str(i)) for i in range(2000)]
-    join_file = ("app/metrics/pods.py",)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.take_snapshot()
+
+    def add_pods() -> None:
         for p in pods:
             series.pod_added(p)
-        after = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
-    kept = sum(
-        stat.size_diff
-        for stat in after.compare_to(before, "traceback")
-        if any(frame.filename.endswith(join_file) for frame in stat.traceback)
-    )
+
+    kept = _kept_by(("app/metrics/pods.py",), add_pods)
     assert kept / len(pods) < 40  # one dict entry a pod: 26 B here, 52 B with a share kept per pod
     assert series.restarts.values == {("team-a", "llama"): 0.0}
     for p in pods:
         series.pod_deleted(p)
     assert not series._by_job and not series.restarts.values  # nothing kept once the job has no pod
+
+
+def _kept_by(files: tuple[str, ...], step: Callable[[], None]) -> int:
+    """Bytes that ``step`` allocated and that are still held, counted where a frame of ``files`` allocated
+    them (tracemalloc, 16 frames deep)."""
+    tracemalloc.start(16)
+    try:
+        before = tracemalloc.take_snapshot()
+        step()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    return sum(
+        stat.size_diff
+        for stat in after.compare_to(before, "traceback")
+        if any(frame.filename.endswith(files) for frame in stat.traceback)
+    )
