@@ -283,8 +283,10 @@ class Ingest(Generic[T]):
             return
         obj = self._decoder.project_json(raw)
         if obj is not None:
-            if obj.resource_version:
-                self.resource_version = obj.resource_version
+            # The object's as sent (a projection may keep none: a pod's only while Failed).
+            rv = raw_rv(raw) or obj.resource_version
+            if rv:
+                self.resource_version = rv
             self.last_event = self.last_activity
             self._apply(cast(str, etype), obj)
             return

@@ -54,13 +54,27 @@ def _shared(devices: rules.Devices) -> rules.Devices:
     return devices
 
 
-class _PodFields(msgspec.Struct, frozen=True, gc=False):
+class PodFailure(msgspec.Struct, frozen=True, gc=False):
+    """What only a Failed pod keeps: all the failure edge reads (app/trainer/pod_failures.py: once per uid,
+    at the rv it failed at, with its reasons) and nothing else does. Any other pod keeps none (~110 B a pod
+    less): the informer resumes from the stream's rv (``PodProjector.wire_rv``), and a pod deleted and
+    created again under its name while the watch was down is told as an update, which the pod series take
+    as they would a delete and an add (they are a function of the pods cached)."""
+
+    uid: bytes | str  # metadata.uid as compact_uid stores it (16 bytes for a UUID)
+    rv: int | str  # metadata.resourceVersion as compact_rv stores it (an int when decimal)
+    status_reason: str  # status.reason (Evicted, DeadlineExceeded, ...), cut to 64 characters
+    # state.terminated.reason of the first container that ended with a non-zero exit code (OOMKilled, Error)
+    container_reason: str
+
+
+class PodProjection(msgspec.Struct, frozen=True, gc=False):
+    """What the pod series need of one pod (immutable; an update yields a new projection). Built by
+    ``build_pod`` only. ``uid`` and ``resource_version`` read as strings (the informer's ``KubeObject``
+    contract), "" but for a Failed pod (``failure``); ``uid_key`` and ``rv`` are the stored values (equal
+    strings always give equal stored values, as a TrainJob's: app/trainer/projection_types.py)."""
+
     key: str  # "namespace/name"
-    # metadata.uid as compact_uid stores it (16 bytes for a UUID); ``PodProjection.uid`` gives the string.
-    uid: bytes | str
-    # metadata.resourceVersion as compact_rv stores it (an int when decimal); ``resource_version`` gives it
-    # as sent.
-    resource_version: int | str
     namespace: str  # interned
     jobset: str  # the jobset-name label: its TrainJob's name ("" when absent)
     replicated_job: str  # the replicatedjob-name label ("" when absent)
@@ -69,32 +83,38 @@ class _PodFields(msgspec.Struct, frozen=True, gc=False):
     phase: str  # status.phase ("Pending" when absent)
     created: float | None  # creationTimestamp, epoch seconds
     devices: rules.Devices  # held while bound and not finished (rules.pod_devices), shared (``_shared``)
-    status_reason: str = ""  # status.reason (Evicted, DeadlineExceeded, ...), cut to 64 characters
-    # state.terminated.reason of the first container that ended with a non-zero exit code (OOMKilled, Error)
-    container_reason: str = ""
+    failure: PodFailure | None = None  # a Failed pod's (None otherwise)
     flags: int = 0  # MALFORMED | IMPLAUSIBLE
 
+    @property
+    def uid_key(self) -> bytes | str | None:
+        failure = self.failure
+        return None if failure is None else failure.uid
 
-_UID_SLOT: Final[Any] = _PodFields.__dict__["uid"]
-_RV_SLOT: Final[Any] = _PodFields.__dict__["resource_version"]
+    @property
+    def rv(self) -> int | str | None:
+        failure = self.failure
+        return None if failure is None else failure.rv
 
-
-class PodProjection(_PodFields, frozen=True, gc=False):
-    """What the pod series need of one pod (immutable; an update yields a new projection). Built by
-    ``build_pod`` only: ``uid`` and ``resource_version`` read as strings (the informer's ``KubeObject``
-    contract) but are stored compactly, as a TrainJob's are (app/trainer/projection_types.py); ``uid_key``
-    and ``rv`` are the stored values (equal strings always give equal stored values)."""
-
-    uid_key = _UID_SLOT
-    rv = _RV_SLOT
-
-    @property  # type: ignore[misc]
+    @property
     def uid(self) -> str:
-        return uid_text(_UID_SLOT.__get__(self))
+        failure = self.failure
+        return "" if failure is None else uid_text(failure.uid)
 
-    @property  # type: ignore[misc]
+    @property
     def resource_version(self) -> str:
-        return rv_text(_RV_SLOT.__get__(self))
+        failure = self.failure
+        return "" if failure is None else rv_text(failure.rv)
+
+    @property
+    def status_reason(self) -> str:
+        failure = self.failure
+        return "" if failure is None else failure.status_reason
+
+    @property
+    def container_reason(self) -> str:
+        failure = self.failure
+        return "" if failure is None else failure.container_reason
 
     @property
     def name(self) -> str:
@@ -137,19 +157,27 @@ def nameable_by_pods(job: TrainJobProjection) -> bool:
 
 
 def _same_but_version(a: PodProjection, b: PodProjection) -> bool:
+    fa, fb = a.failure, b.failure
     return (
         a.phase == b.phase
         and a.node == b.node
         and a.restart_attempt == b.restart_attempt
         and a.devices == b.devices
-        and a.status_reason == b.status_reason
-        and a.container_reason == b.container_reason
         and a.flags == b.flags
         and a.jobset == b.jobset
         and a.replicated_job == b.replicated_job
         and a.created == b.created
-        and a.uid_key == b.uid_key
         and a.key == b.key
+        and (
+            fa is fb
+            or (
+                fa is not None
+                and fb is not None
+                and fa.uid == fb.uid
+                and fa.status_reason == fb.status_reason
+                and fa.container_reason == fb.container_reason
+            )
+        )
     )
 
 
@@ -192,7 +220,7 @@ def build_pod(
 ) -> PodProjection:
     """The projection of one pod from its field values, whichever path read them. ``previous``: the
     cached projection of the same key, whose key and uid objects the new one shares when equal (one
-    string a pod, not one per version); returned itself when nothing differs (a relist of an unchanged
+    string a pod, not one per version); returned itself when nothing read differs (a relist of an unchanged
     pod keeps the cached object, which the pod series hold too)."""
     bad = malformed
     ns, b = _intern(namespace)
@@ -246,28 +274,29 @@ def build_pod(
     if bad:
         flags |= MALFORMED
     key = f"{ns}/{name}" if ns else name
-    uid_key = compact_uid(uid)
+    phase_text = phase_text or rules.PENDING_PHASE
     if previous is not None and previous.key == key:
         key = previous.key
-        if previous.uid_key == uid_key:
+    failure = None
+    if phase_text == rules.FAILED_PHASE:
+        uid_key = compact_uid(uid)
+        if previous is not None and previous.uid_key == uid_key:
             uid_key = previous.uid_key
+        failure = PodFailure(uid_key, compact_rv(rv), reason, failed_container)
     pod = PodProjection(
         key=key,
-        uid=uid_key,
-        resource_version=compact_rv(rv),
         namespace=ns,
         jobset=jobset_name,
         replicated_job=replicated_job,
         restart_attempt=attempt,
         node=node_name,
-        phase=phase_text or rules.PENDING_PHASE,
+        phase=phase_text,
         created=rules.parse_time(creation_timestamp),
         devices=devices,
-        status_reason=reason,
-        container_reason=failed_container,
+        failure=failure,
         flags=flags,
     )
-    if previous is not None and previous.rv == pod.rv and _same_but_version(previous, pod):
+    if previous is not None and _same_but_version(previous, pod):
         return previous
     return pod
 
@@ -335,9 +364,17 @@ class PodProjector:
 
     @staticmethod
     def unchanged(a: PodProjection, b: PodProjection) -> bool:
-        """The pod series need not hear of ``b``: the same resourceVersion, or a status write of something
-        they do not read (conditions, container states of running containers, IPs)."""
-        return a.rv == b.rv or _same_but_version(a, b)
+        """The pod series need not hear of ``b``: the same object, or a status write of something they do
+        not read (conditions, container states of running containers, IPs). Not by resourceVersion: only a
+        Failed pod keeps one."""
+        return a is b or _same_but_version(a, b)
+
+    @staticmethod
+    def wire_rv(wire: Any) -> str:
+        """The resourceVersion of ``wire`` as sent: where the informer resumes (the projection keeps it
+        only for a Failed pod)."""
+        rv = wire.metadata.resourceVersion
+        return rv if isinstance(rv, str) else ""
 
     @staticmethod
     def wire_key(wire: Any) -> str:

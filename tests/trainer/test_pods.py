@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from app.kube.cache import same_uid
 from app.kube.decode import WatchEvent
 from app.trainer import rules
 from app.trainer.pods import IMPLAUSIBLE, MALFORMED, PodProjector
@@ -95,14 +96,36 @@ def test_projection_keeps_the_jobset_labels_node_and_phase() -> None:
         "team-a/llama-node-0-0-abcde",
         "team-a",
         "llama-node-0-0-abcde",
-        "uid-llama-node-0-0-abcde",
-        "42",
+        "",  # kept for a Failed pod only (the failure edge reads it)
+        "",
     )
     assert (p.jobset, p.replicated_job, p.restart_attempt) == ("llama", "node", 3)
     assert (p.node, p.phase, p.holds_node) == ("gpu-node-1", "Running", True)
     assert p.devices == (("nvidia.com/gpu", 8),)
     assert p.created == 1748772005.0
     assert not p.malformed
+
+
+def test_only_a_failed_pod_keeps_its_uid_and_resource_version() -> None:
+    """The failure edge reads the uid and the rv of the event a pod failed at (app/trainer/pod_failures.py);
+    nothing else reads a pod's, and the informer resumes from the stream's rv (``wire_rv``)."""
+    for phase in ("Pending", "Running", "Succeeded"):
+        p = both(pod(phase=phase))
+        assert (p.uid, p.resource_version, p.uid_key, p.rv) == ("", "", None, None)
+    p = both(pod(phase="Failed"))
+    assert (p.uid, p.resource_version) == ("uid-llama-node-0-0-abcde", "42")
+    assert PROJECTOR.wire_rv(_wire(pod())) == "42"
+
+
+def test_a_pod_created_again_under_its_name_is_an_update_the_series_take_as_delete_and_add() -> None:
+    """Without a uid the cache tells a Running pod replaced under its name (while the watch was down) as an
+    update; the pod series are a function of the pods cached, so they end as a delete and an add leave them
+    (tests/metrics/test_pod_series.py compares them with a fresh join after any sequence)."""
+    first = typed(pod())
+    other = pod(node="gpu-node-2")
+    other["metadata"]["uid"] = "uid-recreated"
+    second = PROJECTOR.from_wire(_wire(other), first)
+    assert same_uid(first, second) and not PROJECTOR.unchanged(first, second)
 
 
 def test_selector_is_the_jobset_name_label_existence() -> None:
@@ -328,24 +351,29 @@ def _wire(obj: dict[str, Any]) -> Any:
 def test_a_new_version_shares_the_cached_key_and_uid_objects() -> None:
     """The informer passes the cached projection of the same key (``wire_key``): a new version keeps one key
     string and one uid object a pod, not one per version (the cache's dict keeps the first key)."""
-    first = typed(pod())
+    first = typed(pod(phase="Failed"))
     assert PROJECTOR.wire_key(_wire(pod())) == first.key
-    update = pod(phase="Succeeded")
+    update = pod(status={"phase": "Failed", "reason": "Evicted"})
     update["metadata"]["resourceVersion"] = "43"
     second = PROJECTOR.from_wire(_wire(update), first)
-    assert second is not first and second.phase == "Succeeded" and second.resource_version == "43"
+    assert second is not first and second.status_reason == "Evicted" and second.resource_version == "43"
     assert second.key is first.key and second.uid_key is first.uid_key
-    other = pod()
+    other = pod(phase="Failed")
     other["metadata"]["uid"] = "uid-recreated"  # deleted and created again under the same name
     third = PROJECTOR.from_wire(_wire(other), first)
     assert third.key is first.key and third.uid == "uid-recreated"
 
 
 def test_an_unchanged_pod_listed_again_is_the_cached_object() -> None:
-    """A relist of a pod whose resourceVersion and fields did not change yields the cached projection
-    itself: the cache and the pod series keep one object, not the old one beside a new copy."""
+    """A relist of a pod whose fields did not change, or a status write of nothing the projection reads,
+    yields the cached projection itself: the cache and the pod series keep one object, not the old one
+    beside a new copy. A Failed pod keeps the resourceVersion it failed at."""
     first = typed(pod())
     assert PROJECTOR.from_wire(_wire(pod()), first) is first
     probe = pod()
     probe["metadata"]["resourceVersion"] = "44"  # a status write of nothing the projection reads
-    assert PROJECTOR.from_wire(_wire(probe), first) is not first
+    assert PROJECTOR.from_wire(_wire(probe), first) is first
+    failed = typed(pod(phase="Failed"))
+    later = pod(phase="Failed")
+    later["metadata"]["resourceVersion"] = "45"
+    assert PROJECTOR.from_wire(_wire(later), failed) is failed and failed.resource_version == "42"
