@@ -61,17 +61,20 @@ class _Block:
     A change re-joins only the blocks it touched; a scrape joins the blocks.
 
     Size: with chunks a block holds each of its series' chunks once per slot and their join once per
-    slot, so a family costs about twice its rendered bodies in every slot a scrape asked for; without
-    (``keep_chunks=False``) only the joins, once. Either way ~200 bytes of dict entry per series and
-    slot; sparse blocks are merged (``Family._merge_sparse``), so a family of ``n`` series has at most
-    ``2 n / block_series + 1`` blocks whatever the order its series ended in."""
+    slot, so a family costs about twice its rendered bodies in every slot a scrape asked for, and ~200
+    bytes of dict entry per series and slot; without (``keep_chunks=False``) only the joins, once, and
+    one dict entry per series, which every slot shares (it holds nothing per slot). Sparse blocks are
+    merged (``Family._merge_sparse``), so a family of ``n`` series has at most ``2 n / block_series + 1``
+    blocks whatever the order its series ended in."""
 
     __slots__ = ("bodies", "chunks")
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, keep_chunks: bool) -> None:
         # Every slot's dict holds every series of the block, in the same order (b"" until rendered, and
-        # always without chunks).
-        self.chunks: list[dict[LabelValues, bytes]] = [{} for _ in range(slots)]
+        # always without chunks: then one dict is every slot's).
+        self.chunks: list[dict[LabelValues, bytes]] = (
+            [{} for _ in range(slots)] if keep_chunks else [{}] * slots
+        )
         self.bodies: list[Part | None] = [None] * slots
 
 
@@ -218,7 +221,7 @@ class Family:
     def _add_series(self, key: LabelValues) -> None:
         blocks = self._blocks
         if not blocks or len(blocks[-1].chunks[0]) >= self._block_series:
-            blocks.append(_Block(len(self._renderers)))
+            blocks.append(_Block(len(self._renderers), self._keep_chunks))
         block = blocks[-1]
         for chunks in block.chunks:
             chunks[key] = b""  # placeholder holding the key's position; rendered at the next flush
@@ -238,7 +241,7 @@ class Family:
             self._pb_labels_cache.pop(key, None)
         block = self._block_of.pop(key)
         for slot, chunks in enumerate(block.chunks):
-            del chunks[key]
+            chunks.pop(key, None)  # without chunks, one dict is every slot's
             block.bodies[slot] = None
         if not block.chunks[0]:
             self._blocks.remove(block)  # O(blocks), only when a block empties

@@ -15,13 +15,16 @@ TrainJob (a pod of a deleted TrainJob of the same name, still terminating, is ne
 and TrainJobs arrive in any order: a pod whose TrainJob is not cached yet waits, unjoined, and joins when it
 comes; a deleted TrainJob takes its pods' series with it. The TrainJobs are read in the TrainJob informers'
 caches (``jobs``, app/trainer/pods.py ``TrainJobLookup``), which are updated before their handler is told.
-What the join keeps: per namespace and JobSet name with a pod, one record (its pods, their device sums and
-largest restart attempt); per pod, its entry there. What a pod adds to the series is computed again from
-the pod and its TrainJob whenever either changes, never kept, and the many TrainJobs without a pod cost
-nothing. The three families keep no rendered chunk per series (``keep_chunks=False``) and their blocks
-compressed only (``compressed=True``, app/metrics/deflate_parts.py ``DeflatedPart``): their series change
-when pods come, bind, finish or go; a change re-renders and compresses its block of 64 series, and a gzip
-scrape, Prometheus' way, sends the pieces as they are.
+What the join keeps (its rules and record: app/metrics/pod_join.py): per namespace and JobSet name with a
+pod, one record (its pods, their device sums and largest restart attempt); per pod, its place there. What a
+pod adds to the series is computed again from the pod and its TrainJob whenever either changes, never kept,
+and the many TrainJobs without a pod cost nothing.
+
+The three families are kept per TrainJob and rendered from the records (app/metrics/record_family.py):
+nothing is kept per series but its line, in its block of 64 TrainJobs, compressed
+(app/metrics/deflate_parts.py ``DeflatedPart``). Their series change when pods come, bind, finish or go; a
+change re-renders and compresses its block, and a gzip scrape, Prometheus' way, sends the pieces as they
+are.
 
 Bounded: at most ``max_pods`` info series (further pods wait and take the slot of the next one to go;
 each pod going over the cap counts one ``pod_series`` limit hit), accelerator classes capped as for the
@@ -29,20 +32,34 @@ requested accelerators (then ``other``), per-pod labels only on the info series.
 replicated job is not a Kubernetes name has no info series but still counts in its job's sums; a pod
 whose device counts are above the per-node ceiling (rules.MAX_ACCELERATORS_PER_NODE) counts no devices.
 
-Cost: O(classes) per pod event that changes what the pod contributes; O(pods of the job) when a TrainJob
-comes, changes its runtime or goes, and when the last pod of a job's largest restart attempt goes.
+Cost: O(classes) per pod event that changes what the pod contributes, plus finding the pod among its job's
+(O(pods of the job) up to pod_join.SMALL_JOB, a lookup beyond); O(pods of the job) when a TrainJob comes,
+changes its runtime or goes, when the last pod of a job's largest restart attempt goes, and when a block of
+the families holding the job is rendered again.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, Protocol, cast
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from app.metrics.per_job import ValueGaugeFamily
+from app.metrics.formatting import LabelValues
+from app.metrics.pod_join import (
+    NOTHING,
+    Contribution,
+    InfoKey,
+    JobKey,
+    JobPods,
+    Largest,
+    contribution,
+    joined,
+    with_attempt,
+)
+from app.metrics.record_family import RecordFamily
 from app.trainer import rules
 from app.trainer.event_builder import MAX_ACCELERATOR_CLASSES, OTHER_ACCELERATOR_CLASS
 from app.trainer.pods import PodProjection, TrainJobLookup, nameable_by_pods, pod_trainjob
@@ -69,70 +86,6 @@ POD_STATUSES: Final = (
     "no_jobset_label",  # without the jobset-name label (a server that ignored the label selector)
 )
 
-JobKey = tuple[str, str]  # (namespace, TrainJob name)
-InfoKey = tuple[str, str, str, str, str, str]
-
-
-def _joined(pod: PodProjection, job: TrainJobProjection | None) -> bool:
-    """``pod`` belongs to ``job`` (the cached TrainJob of its namespace and JobSet name, or None)."""
-    if job is None:
-        return False
-    # A pod older than the TrainJob is a previous TrainJob's (same name), not yet gone.
-    return pod.created is None or job.created is None or pod.created >= job.created
-
-
-class _Contribution(NamedTuple):
-    """What one pod adds to its job's series."""
-
-    info: InfoKey | None  # its info series' labels, while it holds a node (None: none)
-    devices: rules.Devices  # while it holds a node
-    restart: int | None
-
-
-_NOTHING: Final = _Contribution(None, (), None)
-
-
-def _contribution(pod: PodProjection, job: TrainJobProjection | None) -> _Contribution:
-    """What ``pod`` adds to the series of ``job`` (as ``_joined`` takes it). A pure function of the two: what
-    a pod added is computed again when it changes rather than kept, so the join keeps nothing per pod but
-    the pod itself (~200 B a pod less than a kept share, by tracemalloc)."""
-    if not _joined(pod, job):
-        return _NOTHING
-    assert job is not None
-    if not pod.holds_node:
-        return _Contribution(None, (), pod.restart_attempt)
-    name = pod.name
-    info: InfoKey | None = None
-    node, replicated = pod.node, pod.replicated_job
-    if rules.is_object_name(name) and rules.is_object_name(node) and rules.is_label_value(replicated):
-        info = (pod.namespace, pod.jobset, name, node, replicated, job.runtime_ref)
-    return _Contribution(info, () if pod.implausible else pod.devices, pod.restart_attempt)
-
-
-_Largest = tuple[int | None, int]  # the largest restart attempt of a job's joined pods, how many have it
-
-
-def _with_attempt(largest: _Largest, restart: int | None) -> _Largest:
-    """``largest`` with one more pod of attempt ``restart`` (None: none) counted."""
-    attempt, count = largest
-    if restart is None or (attempt is not None and restart < attempt):
-        return largest
-    return (restart, count + 1) if restart == attempt else (restart, 1)
-
-
-class _JobPods:
-    """The pods of one namespace and JobSet name, and what the joined ones add up to."""
-
-    __slots__ = ("at_attempt", "attempt", "devices", "key", "pods")
-
-    def __init__(self, key: JobKey) -> None:
-        self.key = key  # (namespace, JobSet name): the one tuple its series' labels share
-        self.pods: dict[str, PodProjection] = {}  # by key
-        # Per accelerator_class label, the joined pods' devices (None: none, as for most jobs' pods).
-        self.devices: dict[str, int] | None = None
-        self.attempt: int | None = None  # the largest restart attempt of the joined pods
-        self.at_attempt = 0  # joined pods with that attempt
-
 
 class PodSeries:
     """The pod families and the join behind them; fed by :class:`PodSeriesHandler` (pods) and
@@ -154,37 +107,34 @@ class PodSeries:
         self._max_classes = max(0, max_accelerator_classes)
         self._on_change = on_change
         self._on_limit = on_limit
-        self.info = ValueGaugeFamily(
+        self.info = RecordFamily(
             _PREFIX + "pod_info",
             "A pod of the TrainJob bound to a node and not finished (always 1): joins per-pod series such as "
             "dcgm-exporter's to the TrainJob.",
             ("namespace", "trainjob", "pod", "node", "replicated_job", "runtime_ref"),
-            keep_chunks=False,
-            compressed=True,
+            self._info_samples,
         )
-        self.allocated = ValueGaugeFamily(
+        self.allocated = RecordFamily(
             _PREFIX + "allocated_accelerators",
             "Accelerators the TrainJob's pods bound to a node and not finished hold now, by class (each "
             "pod's request as the scheduler counts it; absent when 0).",
             ("namespace", "trainjob", "accelerator_class"),
-            keep_chunks=False,
-            compressed=True,
+            self._allocated_samples,
         )
-        self.restarts = ValueGaugeFamily(
+        self.restarts = RecordFamily(
             _PREFIX + "restarts",
             "The largest JobSet restart attempt (label jobset.sigs.k8s.io/restart-attempt) over the "
             "TrainJob's pods: how many times JobSet restarted it.",
             ("namespace", "trainjob"),
-            keep_chunks=False,
-            compressed=True,
+            self._restarts_samples,
         )
-        self.families: tuple[ValueGaugeFamily, ...] = (self.info, self.allocated, self.restarts)
+        self.families: tuple[RecordFamily, ...] = (self.info, self.allocated, self.restarts)
         self._jobs = jobs
         # Every pod heard of, by (namespace, jobset-name): the pods a TrainJob event rejoins, and their sums.
-        # Invariant: each pod's contribution to the families is ``_contribution(pod, job)`` for the pod kept
+        # Invariant: each pod's contribution to the families is ``contribution(pod, job)`` for the pod kept
         # here and the TrainJob as last told (pod events read it in the informer's cache, which is updated
         # before the TrainJob's handler is told; TrainJob events pass the old and new states).
-        self._by_job: dict[JobKey, _JobPods] = {}
+        self._by_job: dict[JobKey, JobPods] = {}
         # Pods with an info series: those whose contribution has one and that are not waiting (no set of
         # keys: at 20,000 pods a set costs ~100 B a pod).
         self._exported = 0
@@ -210,9 +160,9 @@ class PodSeries:
         counts["over_cap"] = len(self._waiting)
         for (namespace, jobset), record in self._by_job.items():
             job = pod_trainjob(self._jobs, namespace, jobset)
-            for pod in record.pods.values():
-                if _joined(pod, job):
-                    if _contribution(pod, job).info is None:
+            for pod in record.all():
+                if joined(pod, job):
+                    if contribution(pod, job).info is None:
                         counts["invalid_labels" if pod.holds_node else "not_holding"] += 1
                 elif not jobset:
                     counts["no_jobset_label"] += 1
@@ -222,7 +172,33 @@ class PodSeries:
 
     @property
     def pods(self) -> int:
-        return sum(len(record.pods) for record in self._by_job.values())
+        return sum(len(record) for record in self._by_job.values())
+
+    # --- the series of a record, as they are now (RecordFamily renders them) ---------------------------
+
+    def _info_samples(self, job_key: LabelValues) -> Iterator[tuple[InfoKey, float]]:
+        """The info series of the pods of ``job_key`` (namespace, JobSet name) shown: what each pod's
+        contribution names, but for the pods waiting over the cap."""
+        record = self._by_job.get(cast(JobKey, job_key))
+        if record is None:
+            return
+        job = pod_trainjob(self._jobs, *record.key)
+        waiting = self._waiting
+        for pod in record.all():
+            info = contribution(pod, job).info
+            if info is not None and pod.key not in waiting:
+                yield info, 1.0
+
+    def _allocated_samples(self, job_key: LabelValues) -> Iterator[tuple[LabelValues, float]]:
+        record = self._by_job.get(cast(JobKey, job_key))
+        if record is not None and record.devices:
+            for label, total in record.devices.items():
+                yield (*record.key, label), float(total)
+
+    def _restarts_samples(self, job_key: LabelValues) -> Iterator[tuple[LabelValues, float]]:
+        record = self._by_job.get(cast(JobKey, job_key))
+        if record is not None and record.attempt is not None:
+            yield record.key, float(record.attempt)
 
     # --- TrainJobs (PodJobHandler) ---------------------------------------------------------------------
 
@@ -254,25 +230,22 @@ class PodSeries:
         self._statuses = None
         changed = False
         devices: dict[str, int] = {}
-        largest: _Largest = (None, 0)
-        for key, pod in record.pods.items():
-            old, new = _contribution(pod, before), _contribution(pod, after)
+        largest: Largest = (None, 0)
+        for pod in record.all():
+            key = pod.key
+            old, new = contribution(pod, before), contribution(pod, after)
             if old.info != new.info:
                 changed |= self._set_info(key, old.info, new.info)
             self._note_implausible(key, pod, after)
             for cls, count in new.devices:
                 label = self._class_label(cls, counting=new.devices != old.devices)
                 devices[label] = devices.get(label, 0) + count
-            largest = _with_attempt(largest, new.restart)
+            largest = with_attempt(largest, new.restart)
         held = record.devices or {}
-        for label in held.keys() - devices.keys():
-            self.allocated.drop((*job_key, label))
+        if held != devices:
+            record.devices = devices or None
+            self.allocated.resize(job_key, len(held), len(devices))
             changed = True
-        for label, total in devices.items():
-            if held.get(label) != total:
-                self.allocated.set((*job_key, label), float(total))
-                changed = True
-        record.devices = devices or None
         changed |= self._set_attempt(record, largest)
         if changed:
             self._changed()
@@ -298,24 +271,23 @@ class PodSeries:
         job_key = (pod.namespace, pod.jobset)
         record = self._by_job.get(job_key)
         if record is None:
-            record = self._by_job[job_key] = _JobPods(job_key)
+            record = self._by_job[job_key] = JobPods(job_key)
         key = pod.key
-        previous = record.pods.get(key)
-        record.pods[key] = pod
+        previous = record.put(pod)
         job = pod_trainjob(self._jobs, *job_key)
         self._note_implausible(key, pod, job)
-        old = _NOTHING if previous is None else _contribution(previous, job)
-        if self._apply(key, old, _contribution(pod, job), record=record, job=job):
+        old = NOTHING if previous is None else contribution(previous, job)
+        if self._apply(key, old, contribution(pod, job), record=record, job=job):
             self._changed()
 
     def _remove(self, key: str, job_key: JobKey) -> None:
         self._statuses = None
         record = self._by_job.get(job_key)
-        previous = None if record is None else record.pods.pop(key, None)
+        previous = None if record is None else record.pop(key)
         if record is None or previous is None:
             return
         job = pod_trainjob(self._jobs, *job_key)
-        changed = self._apply(key, _contribution(previous, job), _NOTHING, record=record, job=job)
+        changed = self._apply(key, contribution(previous, job), NOTHING, record=record, job=job)
         if not record.pods:
             del self._by_job[job_key]
         if changed:
@@ -326,10 +298,10 @@ class PodSeries:
     def _apply(
         self,
         key: str,
-        old: _Contribution,
-        new: _Contribution,
+        old: Contribution,
+        new: Contribution,
         *,
-        record: _JobPods,
+        record: JobPods,
         job: TrainJobProjection | None,
     ) -> bool:
         """Pod ``key`` adds ``new`` instead of ``old`` (its job's pods already hold it as it is now). True
@@ -347,35 +319,32 @@ class PodSeries:
                 self._add_devices(record, old.devices, -1)
             changed = True
         if old.restart != new.restart:
-            attempt, at_attempt = _with_attempt((record.attempt, record.at_attempt), new.restart)
+            attempt, at_attempt = with_attempt((record.attempt, record.at_attempt), new.restart)
             if old.restart is not None and old.restart == attempt:
                 at_attempt -= 1
-            largest: _Largest = (attempt, at_attempt)
+            largest: Largest = (attempt, at_attempt)
             if not at_attempt:  # the last pod of the largest attempt went: find the next largest
                 largest = (None, 0)
-                for pod in record.pods.values():
-                    largest = _with_attempt(largest, _contribution(pod, job).restart)
+                for pod in record.all():
+                    largest = with_attempt(largest, contribution(pod, job).restart)
             changed |= self._set_attempt(record, largest)
         return changed
 
     def _note_implausible(self, key: str, pod: PodProjection, job: TrainJobProjection | None) -> None:
         """One limit hit per pod (not per event of it) whose device counts are not believed while it
         would hold them."""
-        if pod.implausible and key not in self._implausible and pod.holds_node and _joined(pod, job):
+        if pod.implausible and key not in self._implausible and pod.holds_node and joined(pod, job):
             self._implausible.add(key)
             if self._on_limit is not None:
                 self._on_limit(REQUESTED_QUANTITY_LIMIT)
 
-    def _set_attempt(self, record: _JobPods, largest: _Largest) -> bool:
+    def _set_attempt(self, record: JobPods, largest: Largest) -> bool:
         job_key = record.key
         previous, attempt = record.attempt, largest[0]
         record.attempt, record.at_attempt = largest
         if attempt == previous:
             return False
-        if attempt is None:
-            self.restarts.drop(job_key)
-        else:
-            self.restarts.set(job_key, float(attempt))
+        self.restarts.resize(job_key, int(previous is not None), int(attempt is not None))
         return True
 
     def _set_info(self, key: str, old: InfoKey | None, new: InfoKey | None) -> bool:
@@ -383,20 +352,27 @@ class PodSeries:
         if old is not None:
             if key not in self._waiting:
                 self._exported -= 1
-                self.info.drop(old)
+                self._shown(old, -1)
                 changed = True
             else:
                 self._waiting.pop(key, None)
         if new is not None:
             if self._exported < self.max_pods:
                 self._exported += 1
-                self.info.set(new, 1.0)
+                self._shown(new, 1)
                 changed = True
             else:
                 self._over_cap(key, new)
         elif old is not None and key not in self._waiting:
             changed |= self._promote()
         return changed
+
+    def _shown(self, info: InfoKey, delta: int) -> None:
+        """The pod ``info`` names is shown (``delta`` 1) or no longer (-1)."""
+        record = self._by_job[info[0], info[1]]
+        before = record.shown
+        record.shown = before + delta
+        self.info.resize(record.key, before, record.shown)
 
     def _over_cap(self, key: str, info: InfoKey) -> None:
         self._waiting[key] = info
@@ -418,23 +394,22 @@ class PodSeries:
         key = next(iter(self._waiting))
         info = self._waiting.pop(key)
         self._exported += 1
-        self.info.set(info, 1.0)
+        self._shown(info, 1)
         return True
 
-    def _add_devices(self, record: _JobPods, devices: rules.Devices, sign: int) -> None:
-        job_key = record.key
+    def _add_devices(self, record: JobPods, devices: rules.Devices, sign: int) -> None:
         per_class = record.devices
         if per_class is None:
             per_class = record.devices = {}
+        before = len(per_class)
         for cls, count in devices:
             label = self._class_label(cls, counting=sign > 0)
             total = per_class.get(label, 0) + sign * count
             if total > 0:
                 per_class[label] = total
-                self.allocated.set((*job_key, label), float(total))
             else:
                 per_class.pop(label, None)
-                self.allocated.drop((*job_key, label))
+        self.allocated.resize(record.key, before, len(per_class))
         if not per_class:
             record.devices = None
 

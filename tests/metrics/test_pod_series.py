@@ -13,8 +13,10 @@ import gzip
 import random
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from app.metrics import pod_join
 from app.metrics import protobuf as pb
 from app.metrics.exposition import MetricsExposition
 from app.metrics.pods import PodJobHandler, PodSeries, PodSeriesHandler, PodSeriesTelemetry
@@ -440,11 +442,15 @@ def test_self_telemetry_reports_pods_and_the_watch_status() -> None:
     assert values[("trainer_metrics_pod_watch_status", (("namespace", ""), ("status", "forbidden")))] == 1
 
 
-def test_random_pod_and_trainjob_events_leave_the_series_a_fresh_join_would_build() -> None:
+@pytest.mark.parametrize("small_job", [pod_join.SMALL_JOB, 2])
+def test_random_pod_and_trainjob_events_leave_the_series_a_fresh_join_would_build(
+    small_job: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The join keeps no per-pod contribution: it computes what a pod added again from the pod and its job
     as last told. After any sequence of pod and TrainJob events (relabels, restarts, phases, a TrainJob
     deleted, recreated, its runtime changed) the families equal those of a series fed the same objects
-    once."""
+    once; with a job's pods in a list (up to SMALL_JOB) and in a dict (beyond it, here past 2)."""
+    monkeypatch.setattr(pod_join, "SMALL_JOB", small_job)
     rng = random.Random(7)
     s = Setup()
     pods: dict[str, PodProjection] = {}

@@ -1,0 +1,137 @@
+"""The join of the pod series (app/metrics/pods.py), as pure rules and one record per job.
+
+A pod belongs to the TrainJob named by its ``jobset-name`` label in its own namespace
+(app/trainer/rules/pods.py), while that TrainJob is cached, and only if the pod is not older than it
+(``joined``). What a pod adds to its job's series is a pure function of the two (``contribution``), computed
+again whenever either changes, never kept. ``JobPods`` is what the join keeps per namespace and JobSet name
+with a pod: its pods (a list while few, then a dict by key), their device sums and largest restart attempt,
+and how many of its pods show an info series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, NamedTuple
+
+from app.trainer import rules
+from app.trainer.pods import PodProjection
+from app.trainer.projection_types import TrainJobProjection
+
+__all__ = [
+    "NOTHING",
+    "SMALL_JOB",
+    "Contribution",
+    "InfoKey",
+    "JobKey",
+    "JobPods",
+    "Largest",
+    "contribution",
+    "joined",
+    "with_attempt",
+]
+
+JobKey = tuple[str, str]  # (namespace, TrainJob name)
+InfoKey = tuple[str, str, str, str, str, str]
+
+
+def joined(pod: PodProjection, job: TrainJobProjection | None) -> bool:
+    """``pod`` belongs to ``job`` (the cached TrainJob of its namespace and JobSet name, or None)."""
+    if job is None:
+        return False
+    # A pod older than the TrainJob is a previous TrainJob's (same name), not yet gone.
+    return pod.created is None or job.created is None or pod.created >= job.created
+
+
+class Contribution(NamedTuple):
+    """What one pod adds to its job's series."""
+
+    info: InfoKey | None  # its info series' labels, while it holds a node (None: none)
+    devices: rules.Devices  # while it holds a node
+    restart: int | None
+
+
+NOTHING: Final = Contribution(None, (), None)
+
+
+def contribution(pod: PodProjection, job: TrainJobProjection | None) -> Contribution:
+    """What ``pod`` adds to the series of ``job`` (as ``joined`` takes it). A pure function of the two: what
+    a pod added is computed again when it changes rather than kept, so the join keeps nothing per pod but
+    the pod itself (~200 B a pod less than a kept share, by tracemalloc)."""
+    if not joined(pod, job):
+        return NOTHING
+    assert job is not None
+    if not pod.holds_node:
+        return Contribution(None, (), pod.restart_attempt)
+    name = pod.name
+    info: InfoKey | None = None
+    node, replicated = pod.node, pod.replicated_job
+    if rules.is_object_name(name) and rules.is_object_name(node) and rules.is_label_value(replicated):
+        info = (pod.namespace, pod.jobset, name, node, replicated, job.runtime_ref)
+    return Contribution(info, () if pod.implausible else pod.devices, pod.restart_attempt)
+
+
+Largest = tuple[int | None, int]  # the largest restart attempt of a job's joined pods, how many have it
+
+
+def with_attempt(largest: Largest, restart: int | None) -> Largest:
+    """``largest`` with one more pod of attempt ``restart`` (None: none) counted."""
+    attempt, count = largest
+    if restart is None or (attempt is not None and restart < attempt):
+        return largest
+    return (restart, count + 1) if restart == attempt else (restart, 1)
+
+
+# A job's pods are kept in a list up to this many, then in a dict by key: most jobs have a few pods, and a
+# small dict costs ~150 B more than a list (a list is searched, a dict looked up).
+SMALL_JOB: Final = 16
+
+
+class JobPods:
+    """The pods of one namespace and JobSet name, and what the joined ones add up to."""
+
+    __slots__ = ("at_attempt", "attempt", "devices", "key", "pods", "shown")
+
+    def __init__(self, key: JobKey) -> None:
+        self.key = key  # (namespace, JobSet name): the one tuple its series' labels share
+        # In the order they came (replaced in place): a list up to SMALL_JOB pods, then a dict by key.
+        self.pods: list[PodProjection] | dict[str, PodProjection] = []
+        # Per accelerator_class label, the joined pods' devices (None: none, as for most jobs' pods).
+        self.devices: dict[str, int] | None = None
+        self.attempt: int | None = None  # the largest restart attempt of the joined pods
+        self.at_attempt = 0  # joined pods with that attempt
+        self.shown = 0  # its pods with an info series shown
+
+    def __len__(self) -> int:
+        return len(self.pods)
+
+    def all(self) -> Iterable[PodProjection]:
+        pods = self.pods
+        return pods.values() if isinstance(pods, dict) else pods
+
+    def put(self, pod: PodProjection) -> PodProjection | None:
+        """``pod`` is the one of its key; returns the one it replaces."""
+        pods, key = self.pods, pod.key
+        if isinstance(pods, dict):
+            previous = pods.get(key)
+            pods[key] = pod
+            return previous
+        for i, old in enumerate(pods):
+            if old.key == key:
+                pods[i] = pod
+                return old
+        if len(pods) < SMALL_JOB:
+            pods.append(pod)
+        else:
+            self.pods = {old.key: old for old in pods}
+            self.pods[key] = pod
+        return None
+
+    def pop(self, key: str) -> PodProjection | None:
+        pods = self.pods
+        if isinstance(pods, dict):
+            return pods.pop(key, None)
+        for i, old in enumerate(pods):
+            if old.key == key:
+                del pods[i]
+                return old
+        return None
