@@ -93,6 +93,22 @@ def promql_invariants(soak: Soak, terms: list[Term]) -> dict[str, Any]:
     }
 
 
+_SCRAPE_SERIES = ("up", "scrape_duration_seconds")
+
+
+def _scrapes(
+    up: list[dict[str, Any]], durations: list[dict[str, Any]]
+) -> dict[str, list[tuple[float, float, float]]]:
+    """Per target (``pod`` label): its scrapes as (time, up, duration)."""
+    seconds = {str(s["metric"].get("pod")): {float(t): float(v) for t, v in s["values"]} for s in durations}
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for series in up:
+        pod = str(series["metric"].get("pod"))
+        took = seconds.get(pod, {})
+        out[pod] = [(float(t), float(v), took.get(float(t), float("nan"))) for t, v in series["values"]]
+    return out
+
+
 def _keyed(table: dict[str, dict[tuple[str, ...], float]]) -> dict[str, dict[str, float]]:
     return {name: {"|".join(key): value for key, value in keys.items()} for name, keys in table.items()}
 
@@ -127,15 +143,19 @@ async def read_visible_counts(soak: Soak, leader: str | None, since_wall: float)
 
     def query() -> tuple[dict[str, list[dict[str, Any]]], int]:
         raw = {name: promql_visible.raw_series(prom, name, at, seconds) for name in MONOTONIC}
+        for name in _SCRAPE_SERIES:
+            raw[name] = promql_visible.raw_series(prom, name, at, seconds)
         return raw, len(promql_visible.born_above_zero(prom, at, seconds))
 
     if prom.http is not None:
         # Every sample of a long run (about 150,000 a name an hour): more than the client's 10 s.
         prom.http.timeout = httpx.Timeout(600.0)
     try:
-        soak.raw_series, born = await asyncio.to_thread(query)
+        raw, born = await asyncio.to_thread(query)
     except Exception as exc:  # the report must come out of an unattended run
         soak.problems.append(f"reading the stored series from Prometheus failed: {exc!r}"[:500])
         return
+    soak.scrapes = _scrapes(raw.pop("up"), raw.pop("scrape_duration_seconds"))
+    soak.raw_series = raw
     table = promql_visible.increments_of(soak.raw_series, names=tuple(COUNTERS))
     soak.promql = {"checked": True, "visible": table, "born_above_zero": born, "range_s": seconds}

@@ -26,6 +26,7 @@ from tests.chaos.soak.ledger import (
     _add_into,
 )
 from tests.chaos.soak.promql import promql_invariants, promql_report
+from tests.chaos.soak.shortfalls import shortfalls
 from tests.chaos.soak.terms import POD_STREAM, Term
 from tests.support.replica_process import image_malloc_env
 
@@ -64,6 +65,7 @@ def build_report(
     doubles, handovers, allowance = terms.doubles, terms.handovers, terms.allowance
     _add_into(allowance, unjoined_allowance)
     promql = promql_report(soak, truth, allowance)
+    short = shortfalls(ordered, soak.raw_series, soak.scrapes)
     differences, violations, per_counter = compare_counts(terms.summed, truth, allowance)
     truth_jobs = {k: float(v) for k, v in end_truth.jobs.items() if v}
     gauge_diff = {
@@ -149,6 +151,8 @@ def build_report(
         "harness_problems": soak.problems,
         "promql": promql,
         "promql_invariants": promql_invariants(soak, ordered),
+        "promql_shortfalls": short[:30],
+        "promql_shortfall_terms": len({(s["term"], s["started_s"]) for s in short}),
         "at_risk_not_recounted": len(terms.not_recounted),
         "at_risk_not_recounted_examples": terms.not_recounted[:50],
         "suspects_by_class": dict(Counter(s["class"] for s in terms.not_recounted)),

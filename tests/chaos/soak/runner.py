@@ -110,6 +110,7 @@ class Soak:
         self.prom: FleetPrometheus | None = None
         self.promql: dict[str, Any] = {"checked": False}
         self.raw_series: dict[str, list[dict[str, Any]]] = {}  # PromQL: every counted series' samples
+        self.scrapes: dict[str, list[tuple[float, float, float]]] = {}  # per target: (time, up, duration)
 
     def t(self) -> float:
         return round(time.monotonic() - self.t0, 3)

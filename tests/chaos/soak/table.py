@@ -76,6 +76,10 @@ def render_table(report: dict[str, Any]) -> str:
             f"{inv['went_down']} (resets where a term started: {inv['resets_at_term_starts']})",
         )
         row("  targets seen above what they counted", inv["over_counted"])
+    if report.get("promql_shortfalls"):
+        row("  terms stored below their own counts", report["promql_shortfall_terms"])
+        for s in report["promql_shortfalls"][:10]:
+            row("   ", json.dumps(s))
     row("gauge series / differences", f"{report['gauge_series']} / {len(report['gauge_differences'])}")
     row(
         "Lease writes / watermark decreases",
