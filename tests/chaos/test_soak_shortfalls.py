@@ -11,8 +11,8 @@ from tests.chaos.soak.terms import Term
 KEY = ("default", "trainer.kubeflow.org/ClusterTrainingRuntime//torch-distributed")
 
 
-def _term(counted: float, at_risk: int) -> Term:
-    term = Term("replica-1", 3, started=10.0, started_wall=1000.0, floor=0)
+def _term(counted: float, at_risk: int, *, started: float = 10.0, floor: int = 0) -> Term:
+    term = Term("replica-1", 3, started=started, started_wall=990.0 + started, floor=floor)
     term.stopped, term.stopped_wall, term.how = 20.0, 1010.0, "killed"
     term.counted = {CREATED: {KEY: counted}}
     term.at_risk = [(100 + i, [(CREATED, KEY)]) for i in range(at_risk)]
@@ -35,8 +35,8 @@ def test_counts_the_next_leader_counts_again_need_not_be_stored() -> None:
 
 def test_a_term_stored_below_what_only_it_counted_is_named_with_its_last_scrapes() -> None:
     scrapes = {"slot-3": [(1009.0, 1.0, 0.01), (1010.0, 0.0, 1.0), (1030.0, 1.0, 0.01)]}
-    [found] = shortfalls([_term(5, 1), _term(1, 0)], _raw([0, 0, 2]), scrapes)
-    assert (found["term"], found["how"], found["counted"], found["at_risk"], found["visible"]) == (
+    [found] = shortfalls([_term(5, 1), _term(0, 0, started=30.0)], _raw([0, 0, 2]), scrapes)
+    assert (found["term"], found["how"], found["counted"], found["recounted_next"], found["visible"]) == (
         "replica-1",
         "killed",
         5,
@@ -45,6 +45,13 @@ def test_a_term_stored_below_what_only_it_counted_is_named_with_its_last_scrapes
     )
     assert found["last_stored"] == [-8.0, 2.0]
     assert found["scrapes_near_end"] == [[-1.0, 1.0, 0.01], [0.0, 0.0, 1.0]]
+
+
+def test_counts_at_or_below_the_next_floor_must_be_stored_though_above_what_was_published() -> None:
+    """The next leader skips what lies at or below its floor: if that floor is above the watermark the term
+    published, its at-risk counts there are counted by nobody else."""
+    [found] = shortfalls([_term(5, 2), _term(0, 0, started=30.0, floor=100)], _raw([0, 0, 3]), {})
+    assert (found["recounted_next"], found["at_risk_below_next_floor"], found["visible"]) == (1, 1, 3.0)
 
 
 def test_only_the_terms_own_target_counts() -> None:

@@ -1,8 +1,9 @@
 """Where a PromQL-visible loss happened: per leader term and counter series, what the term counted that the
-next leader does not count again (everything at or below the watermark published when it ended) against
-the increments Prometheus stored from that term's target during it. A term whose stored increments fall
-short lost counts that no other term makes up for; the entry names the term, how it ended and the scrapes
-of its target around its end, so a failing run explains itself."""
+next leader does not count again (everything at or below the next term's floor of its stream) against the
+increments Prometheus stored from that term's target during it. A term whose stored increments fall short
+lost counts that no other term makes up for; the entry names the term, how it ended, how many of the
+missing counts lay between the watermark published when it ended and the next floor (a floor above what
+was published), and the scrapes of its target around its end, so a failing run explains itself."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tests.chaos.soak.ledger import COUNTERS, Series
-from tests.chaos.soak.terms import Term
+from tests.chaos.soak.ledger import COUNTERS
+from tests.chaos.soak.terms import POD_STREAM, Term
 from tests.support.promql_visible import visible_increase
 
 # A term's target may be scraped a little after its end: its last render can reach Prometheus then.
@@ -19,14 +20,20 @@ _AFTER_END = 1.5
 _BEFORE_START = 0.5
 
 
-def _at_risk(term: Term) -> Counter[tuple[str, tuple[str, ...]]]:
-    """Per series, the events of ``term`` above the watermark published when it ended (the next leader
-    counts those again, so they need not be visible from this term)."""
-    out: Counter[tuple[str, tuple[str, ...]]] = Counter()
-    risky: list[tuple[int, Series]] = [*term.at_risk, *term.pod_at_risk]
-    for _rv, series in risky:
-        out.update(series)
-    return out
+SeriesCount = Counter[tuple[str, tuple[str, ...]]]
+
+
+def _recounted(term: Term, following: Term | None) -> tuple[SeriesCount, SeriesCount]:
+    """Per series: the events of ``term`` above the watermark published when it ended that the next term
+    counts again (above its floor: they need not be visible from ``term``), and those it does not (at or
+    below its floor)."""
+    again: SeriesCount = Counter()
+    skipped: SeriesCount = Counter()
+    for stream in ("", POD_STREAM):
+        floor = None if following is None else following.floor_of(stream)
+        for rv, series in term.risk_of(stream):
+            (again if floor is None or rv > floor else skipped).update(series)
+    return again, skipped
 
 
 def _samples(
@@ -53,16 +60,17 @@ def shortfalls(
     stored samples per counter name (``Soak.raw_series``); ``scrapes``: per target (``pod`` label), its
     (time, up, scrape duration) samples."""
     out: list[dict[str, Any]] = []
-    for term in terms:
+    ordered = sorted(terms, key=lambda t: t.started)
+    for i, term in enumerate(ordered):
         if term.stopped_wall is None:
             continue
         pod = f"slot-{term.slot}"
         start, end = term.started_wall - _BEFORE_START, term.stopped_wall + _AFTER_END
-        risk = _at_risk(term)
+        again, skipped = _recounted(term, ordered[i + 1] if i + 1 < len(ordered) else None)
         for name in COUNTERS:
             stored = _samples(raw, name, pod, start, end)
             for key, counted in term.counted.get(name, {}).items():
-                must_show = counted - risk.get((name, key), 0)
+                must_show = counted - again.get((name, key), 0)
                 points = sorted(stored.get(key, []))
                 visible = visible_increase(v for _, v in points)
                 if visible + 1e-6 >= must_show:
@@ -82,7 +90,8 @@ def shortfalls(
                         "name": name,
                         "key": "|".join(key),
                         "counted": counted,
-                        "at_risk": risk.get((name, key), 0),
+                        "recounted_next": again.get((name, key), 0),
+                        "at_risk_below_next_floor": skipped.get((name, key), 0),
                         "visible": visible,
                         "last_stored": [round(points[-1][0] - term.stopped_wall, 2), points[-1][1]]
                         if points
