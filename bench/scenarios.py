@@ -513,6 +513,36 @@ async def _scrapes(base: str, n: int, headers: dict[str, str], interval: float =
     return out
 
 
+async def _interleaved_scrapes(
+    bases: tuple[str, str], n: int, headers: dict[str, str], block: int = 10
+) -> tuple[list[float], list[float]]:
+    """``n`` scrapes of each of two services, alternating in blocks of ``block``: a ratio of the two taken
+    over the same minutes, which a shared host's load moves alike (P4's big ÷ small)."""
+    out: tuple[list[float], list[float]] = ([], [])
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as a,
+        aiohttp.ClientSession(auto_decompress=False) as b,
+    ):
+        sessions = (a, b)
+        for session, base in zip(sessions, bases, strict=True):
+            for _ in range(3):  # warm the connections and the caches
+                async with session.get(base + "/metrics", headers=headers) as resp:
+                    await resp.read()
+        done = 0
+        while done < n:
+            step = min(block, n - done)
+            for session, base, lat in zip(sessions, bases, out, strict=True):
+                for _ in range(step):
+                    t = time.perf_counter()
+                    async with session.get(base + "/metrics", headers=headers) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            raise RuntimeError(f"/metrics answered {resp.status}")
+                    lat.append(time.perf_counter() - t)
+            done += step
+    return out
+
+
 async def _body(base: str) -> bytes:
     async with aiohttp.ClientSession() as session, session.get(base + "/metrics") as resp:
         return await resp.read()
@@ -622,9 +652,23 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
             p99_om="p4_small_om_p99",
         )
         p6_freshness(sizes, work, res, info1)
+        # P4's ratios: a small cluster's service scraped in turn with the big one's, over the same minutes.
+        reference, small_base, _ = _ready_service(info1["kubeconfig"], work, "svc-small-ref")
+        try:
+            big_section(sizes, work, res, small=(small_base, small_series), settle=settle)
+        finally:
+            reference.stop()
     finally:
         sim1.stop()
 
+
+def big_section(
+    sizes: Sizes, work: Path, res: Results, *, small: tuple[str, set[bytes]], settle: float
+) -> None:
+    """P2, P3, P4, P7 and P9 at the big cluster. ``small``: the URL of a small cluster's service and its
+    series; P4's ratios are against that service, scraped in turn with the big one's
+    (``_interleaved_scrapes``)."""
+    small_base, small_series = small
     simb = start_sim(work, "sim-big", sizes.big_base, sizes.big_clone)
     infob = simb.wait_ready(600)
     res.notes["big_cluster"] = infob
@@ -646,18 +690,11 @@ def services_at_scale(sizes: Sizes, work: Path, res: Results) -> None:
             res.notes["p4_same_label_sets"] = big_series == small_series if small_series else None
             res.notes["p4_series"] = len(big_series)
             res.notes["p4_body_bytes"] = len(body)
-            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_TEXT))
-            res.fig("p4_p50").add(percentile(lat, 50))
-            res.fig("p4_p99").add(percentile(lat, 99))
-            res.fig("p4_ratio").add(percentile(lat, 50) / res.fig("p4_small_p50").median)
-            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_DEFAULT))
-            res.fig("p4_om_p50").add(percentile(lat, 50))
-            res.fig("p4_om_p99").add(percentile(lat, 99))
-            res.fig("p4_om_ratio").add(percentile(lat, 50) / res.fig("p4_small_om_p50").median)
-            lat = asyncio.run(_scrapes(base, sizes.scrapes, PROM_PROTOBUF))
-            res.fig("p4_pb_p50").add(percentile(lat, 50))
-            res.fig("p4_pb_p99").add(percentile(lat, 99))
-            res.fig("p4_pb_ratio").add(percentile(lat, 50) / res.fig("p4_small_pb_p50").median)
+            for headers, prefix in ((PROM_TEXT, "p4"), (PROM_DEFAULT, "p4_om"), (PROM_PROTOBUF, "p4_pb")):
+                lat, lat_small = asyncio.run(_interleaved_scrapes((base, small_base), sizes.scrapes, headers))
+                res.fig(f"{prefix}_p50").add(percentile(lat, 50))
+                res.fig(f"{prefix}_p99").add(percentile(lat, 99))
+                res.fig(f"{prefix}_ratio").add(percentile(lat, 50) / percentile(lat_small, 50))
             time.sleep(settle)
             c0, t0 = cpu_seconds(service.pid), time.monotonic()
             time.sleep(sizes.idle_seconds)

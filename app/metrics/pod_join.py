@@ -4,7 +4,7 @@ A pod belongs to the TrainJob named by its ``jobset-name`` label in its own name
 (app/trainer/rules/pods.py), while that TrainJob is cached, and only if the pod is not older than it
 (``joined``). What a pod adds to its job's series is a pure function of the two (``contribution``), computed
 again whenever either changes, never kept. ``JobPods`` is what the join keeps per namespace and JobSet name
-with a pod: its pods (a list while few, then a dict by key), their device sums and largest restart attempt,
+with a pod: its pods (a tuple while few, then a dict by key), their device sums and largest restart attempt,
 and how many of its pods show an info series.
 """
 
@@ -21,12 +21,15 @@ __all__ = [
     "NOTHING",
     "SMALL_JOB",
     "Contribution",
+    "DeviceSums",
     "InfoKey",
     "JobKey",
     "JobPods",
     "Largest",
+    "add_sums",
     "contribution",
     "joined",
+    "shared_sums",
     "with_attempt",
 ]
 
@@ -81,9 +84,37 @@ def with_attempt(largest: Largest, restart: int | None) -> Largest:
     return (restart, count + 1) if restart == attempt else (restart, 1)
 
 
-# A job's pods are kept in a list up to this many, then in a dict by key: most jobs have a few pods, and a
-# small dict costs ~150 B more than a list (a list is searched, a dict looked up).
+# A job's pods are kept in a tuple up to this many, then in a dict by key: most jobs have a few pods, and a
+# small dict costs ~150 B more than a tuple (a tuple is searched and rebuilt on a change, a dict looked up),
+# a list ~25 B more (its header and the room it keeps to grow).
 SMALL_JOB: Final = 16
+
+# A job's device sums: (accelerator_class label, total) pairs in the order the classes came. Jobs of one
+# template hold the same sums, so the tuples are shared (``shared_sums``), as pods share their devices.
+DeviceSums = tuple[tuple[str, int], ...]
+_MAX_SHARED_SUMS: Final = 4096
+_SHARED_SUMS: dict[DeviceSums, DeviceSums] = {}
+
+
+def shared_sums(sums: DeviceSums) -> DeviceSums:
+    """``sums`` as one object per distinct value (at most ``_MAX_SHARED_SUMS`` kept; beyond, its own)."""
+    kept = _SHARED_SUMS.get(sums)
+    if kept is not None:
+        return kept
+    if len(_SHARED_SUMS) < _MAX_SHARED_SUMS:
+        _SHARED_SUMS[sums] = sums
+    return sums
+
+
+def add_sums(sums: DeviceSums, label: str, delta: int) -> DeviceSums:
+    """``sums`` with ``delta`` added to ``label``'s total; a total that reaches 0 goes."""
+    for i, (have, total) in enumerate(sums):
+        if have == label:
+            after = total + delta
+            if after > 0:
+                return (*sums[:i], (label, after), *sums[i + 1 :])
+            return sums[:i] + sums[i + 1 :]
+    return (*sums, (label, delta)) if delta > 0 else sums
 
 
 class JobPods:
@@ -93,10 +124,9 @@ class JobPods:
 
     def __init__(self, key: JobKey) -> None:
         self.key = key  # (namespace, JobSet name): the one tuple its series' labels share
-        # In the order they came (replaced in place): a list up to SMALL_JOB pods, then a dict by key.
-        self.pods: list[PodProjection] | dict[str, PodProjection] = []
-        # Per accelerator_class label, the joined pods' devices (None: none, as for most jobs' pods).
-        self.devices: dict[str, int] | None = None
+        # In the order they came (replaced in place): a tuple up to SMALL_JOB pods, then a dict by key.
+        self.pods: tuple[PodProjection, ...] | dict[str, PodProjection] = ()
+        self.devices: DeviceSums = ()  # the joined pods' devices per accelerator_class label (shared)
         self.attempt: int | None = None  # the largest restart attempt of the joined pods
         self.at_attempt = 0  # joined pods with that attempt
         self.shown = 0  # its pods with an info series shown
@@ -117,10 +147,10 @@ class JobPods:
             return previous
         for i, old in enumerate(pods):
             if old.key == key:
-                pods[i] = pod
+                self.pods = (*pods[:i], pod, *pods[i + 1 :])
                 return old
         if len(pods) < SMALL_JOB:
-            pods.append(pod)
+            self.pods = (*pods, pod)
         else:
             self.pods = {old.key: old for old in pods}
             self.pods[key] = pod
@@ -132,6 +162,6 @@ class JobPods:
             return pods.pop(key, None)
         for i, old in enumerate(pods):
             if old.key == key:
-                del pods[i]
+                self.pods = pods[:i] + pods[i + 1 :]
                 return old
         return None

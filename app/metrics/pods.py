@@ -55,8 +55,10 @@ from app.metrics.pod_join import (
     JobKey,
     JobPods,
     Largest,
+    add_sums,
     contribution,
     joined,
+    shared_sums,
     with_attempt,
 )
 from app.metrics.record_family import RecordFamily
@@ -191,8 +193,8 @@ class PodSeries:
 
     def _allocated_samples(self, job_key: LabelValues) -> Iterator[tuple[LabelValues, float]]:
         record = self._by_job.get(cast(JobKey, job_key))
-        if record is not None and record.devices:
-            for label, total in record.devices.items():
+        if record is not None:
+            for label, total in record.devices:
                 yield (*record.key, label), float(total)
 
     def _restarts_samples(self, job_key: LabelValues) -> Iterator[tuple[LabelValues, float]]:
@@ -241,9 +243,9 @@ class PodSeries:
                 label = self._class_label(cls, counting=new.devices != old.devices)
                 devices[label] = devices.get(label, 0) + count
             largest = with_attempt(largest, new.restart)
-        held = record.devices or {}
-        if held != devices:
-            record.devices = devices or None
+        held = record.devices
+        if dict(held) != devices:
+            record.devices = shared_sums(tuple(devices.items()))
             self.allocated.resize(job_key, len(held), len(devices))
             changed = True
         changed |= self._set_attempt(record, largest)
@@ -398,20 +400,11 @@ class PodSeries:
         return True
 
     def _add_devices(self, record: JobPods, devices: rules.Devices, sign: int) -> None:
-        per_class = record.devices
-        if per_class is None:
-            per_class = record.devices = {}
-        before = len(per_class)
+        sums = before = record.devices
         for cls, count in devices:
-            label = self._class_label(cls, counting=sign > 0)
-            total = per_class.get(label, 0) + sign * count
-            if total > 0:
-                per_class[label] = total
-            else:
-                per_class.pop(label, None)
-        self.allocated.resize(record.key, before, len(per_class))
-        if not per_class:
-            record.devices = None
+            sums = add_sums(sums, self._class_label(cls, counting=sign > 0), sign * count)
+        record.devices = shared_sums(sums)
+        self.allocated.resize(record.key, len(before), len(sums))
 
     def _class_label(self, cls: str, *, counting: bool) -> str:
         """The accelerator_class label of ``cls``: itself while fewer than the cap are in use, else

@@ -449,7 +449,7 @@ def test_random_pod_and_trainjob_events_leave_the_series_a_fresh_join_would_buil
     """The join keeps no per-pod contribution: it computes what a pod added again from the pod and its job
     as last told. After any sequence of pod and TrainJob events (relabels, restarts, phases, a TrainJob
     deleted, recreated, its runtime changed) the families equal those of a series fed the same objects
-    once; with a job's pods in a list (up to SMALL_JOB) and in a dict (beyond it, here past 2)."""
+    once; with a job's pods in a tuple (up to SMALL_JOB) and in a dict (beyond it, here past 2)."""
     monkeypatch.setattr(pod_join, "SMALL_JOB", small_job)
     rng = random.Random(7)
     s = Setup()
