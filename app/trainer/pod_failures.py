@@ -44,6 +44,7 @@ from app.trainer import rules
 from app.trainer.event_builder import FAILURE_REASONS_LIMIT, MAX_FAILURE_REASONS, rv_int
 from app.trainer.events import PodFailed, TrainerSink
 from app.trainer.pods import PodProjection, TrainJobLookup, pod_trainjob
+from app.trainer.projection_types import TrainJobProjection
 
 __all__ = ["MAX_TOMBS", "PodFailures"]
 
@@ -127,9 +128,17 @@ class PodFailures:
         self._failed.add(uid)
         self._emit(pod, listed=False)
 
-    def _emit(self, pod: PodProjection, *, listed: bool) -> None:
+    def trainjob_of(self, pod: PodProjection) -> TrainJobProjection | None:
+        """The cached TrainJob ``pod`` belongs to (its JobSet's name, and not older than the pod), or None:
+        a failure of the pod is not counted now."""
         job = pod_trainjob(self._jobs, pod.namespace, pod.jobset)
         if job is None or (pod.created is not None and job.created is not None and pod.created < job.created):
+            return None
+        return job
+
+    def _emit(self, pod: PodProjection, *, listed: bool) -> None:
+        job = self.trainjob_of(pod)
+        if job is None:
             if not listed:
                 self.unjoined += 1
             return

@@ -192,6 +192,23 @@ def attach_informers(service: Service, emit: Emit) -> None:
 
     failures._failure = seen  # type: ignore[method-assign]
 
+    def first_listed(pod: Any, *, listed: bool, orig: Any = failures._emit) -> None:
+        # A pod already Failed in the first list: not an edge this replica counts as it comes, and none it
+        # can count at a take-over either while its TrainJob is not cached (app/trainer/pod_failures.py).
+        if listed:
+            emit(
+                {
+                    "k": "pod_seen",
+                    "t": time.monotonic(),
+                    "pod": pod.uid,
+                    "rv": int(pod.resource_version) if str(pod.resource_version).isdigit() else 0,
+                    "joined": failures.trainjob_of(pod) is not None,
+                }
+            )
+        orig(pod, listed=listed)
+
+    failures._emit = first_listed  # type: ignore[method-assign]
+
 
 def _rvs(informers: Any) -> list[int]:
     return [int(i.resource_version or 0) for i in informers if i is not None]

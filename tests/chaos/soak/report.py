@@ -206,6 +206,19 @@ class HandOvers:
     not_recounted: list[dict[str, Any]]  # at-risk edges no leader counted again
 
 
+def _suspect_class(soak: Soak, prev: Term, term: Term, edge: tuple[int, str, str, int], stream: str) -> str:
+    """Why an at-risk edge of ``prev`` was not counted again by ``term``: "shown" when a served render of
+    ``prev`` showed its count (PromQL has it); "unjoined" for a pod's failure ``term`` saw without its
+    TrainJob cached (app/trainer/pod_failures.py: not counted by it, as the truth allows, ``unjoined``);
+    else "lost" (PromQL never sees it): unexplained."""
+    rv, kind, uid, since = edge
+    if prev.was_shown(rv, since, stream):
+        return "shown"
+    if kind == "pod_failed" and term.identity in soak.visibility.pod_seen.get(uid, (set(), set()))[1]:
+        return "unjoined"
+    return "lost"
+
+
 def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
     """The terms in order: their sum, and the allowance of each non-graceful hand-over."""
     summed: Values = {}
@@ -264,9 +277,8 @@ def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
         # Edges the old term counted above the watermark it published and above the next term's floor that
         # no leader counted again (the suspects): the next leader should have replayed them, from its
         # journal or, when its journal began above the floor, rebuilt from the TrainJobs listed at both
-        # (app/handover/gap.py). Each is classified: "shown" when a served render of the old term showed
-        # its count (the served ledger's record: PromQL has it), else "lost" (PromQL never sees it):
-        # unexplained. The replayed ones (counted again) are not suspects: the crash bound's doubles.
+        # (app/handover/gap.py). Each is classified (``_suspect_class``): shown, unjoined, else lost
+        # (unexplained). The replayed ones (counted again) are not suspects: the crash bound's doubles.
         for stream in STREAMS if prev.how != "graceful" else ():
             stream_floor = term.floor_of(stream)
             stream_floor = stream_floor if stream_floor is not None else -1
@@ -286,7 +298,20 @@ def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
                             else prev.pod_published_at_stop,
                             "next_floor": term.floor_of(stream),
                             "to": term.identity,
-                            "class": "shown" if prev.was_shown(rv, since, stream) else "lost",
+                            "class": _suspect_class(soak, prev, term, (rv, kind, uid, since), stream),
+                            # What the next leader's informer of the stream could see of it: its first
+                            # list's rv and relists (an edge at or below the first list came in it), and
+                            # whether it saw a pod fail live or in a relist, with its TrainJob or without.
+                            "next_lists": [
+                                [span.initial_rv, span.relists[:5]]
+                                for span in soak.visibility.spans
+                                if span.identity == term.identity and span.stream == stream
+                            ],
+                            "next_saw_fail": [
+                                "joined" if term.identity in seen[0] else "unjoined"
+                                for seen in [soak.visibility.pod_seen.get(uid, (set(), set()))]
+                                if term.identity in seen[0] | seen[1]
+                            ],
                         }
                     )
     # The second documented bound: an edge a follower's relist surfaced with a newer rv than the edge,
