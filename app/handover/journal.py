@@ -197,9 +197,13 @@ class CountJournal:
         an rv below events counted already, and the next leader would skip its own copy of it."""
         out = dict(self._watermarks)
         if self._waiting is not None:
+            floors = self._floors or {}
             for stream, rv in self._waiting().items():
                 if stream in out and rv <= out[stream]:
-                    out[stream] = rv - 1
+                    # Never below this term's floor: an edge at or below it is the previous leader's, skipped
+                    # when it comes (a lagging watch of this replica can still be behind the floor).
+                    floor = floor_of(floors, stream) if floors else None
+                    out[stream] = rv - 1 if floor is None else max(rv - 1, min(floor, out[stream]))
         if self._uncertain:
             floors = self._floors or {}
             for entry in self._uncertain.values():

@@ -79,3 +79,22 @@ def test_malformed_watermark_annotation_is_ignored() -> None:
     for raw in ("garbage", "12.5", "true", '{"a": "1"}', "[1]", ""):
         assert parse_watermarks({"trainer-metrics.kubeflow.org/watermark": raw}) is None
     assert parse_watermarks({}) is None
+
+
+def test_an_edge_waiting_below_the_floor_never_lowers_the_watermark_under_it() -> None:
+    """A source holds an edge back (a creation waiting for its runtime, a pod's failure waiting for its
+    TrainJob): the watermark of its stream stays below it, but never below this term's floor, which a
+    lagging watch of this replica may not have reached yet. An edge at or below the floor is the previous
+    leader's and is skipped when it comes; a published watermark must never go down."""
+    waiting: dict[str, int] = {}
+    journal = CountJournal(
+        RecordingSink(), journal_size=100, stream_of=_by_namespace, waiting=lambda: dict(waiting)
+    )
+    journal.start_leading({"team-a": 100})
+    journal.on_countable(created(150, ns="team-a"))
+    waiting["team-a"] = 50  # seen late by this replica, below the floor
+    assert journal.watermarks["team-a"] == 100
+    waiting["team-a"] = 120  # above the floor: held below it
+    assert journal.watermarks["team-a"] == 119
+    waiting.clear()
+    assert journal.watermarks["team-a"] == 150
