@@ -455,10 +455,7 @@ class PodJobHandler:
 
     def __init__(self, inner: Any, *listeners: JobListener) -> None:
         self._inner = inner
-        # Bound once: the TrainJob firehose goes through here (bench P1).
-        self._added = tuple(listener.job_added for listener in listeners)
-        self._updated = tuple(listener.job_updated for listener in listeners)
-        self._deleted = tuple(listener.job_deleted for listener in listeners)
+        self._listeners = listeners
         # The informer calls on_relist only if the handler has it (app/kube/cache.py); forward it as is.
         relist = getattr(inner, "on_relist", None)
         if relist is not None:
@@ -471,36 +468,35 @@ class PodJobHandler:
         try:
             self._inner.on_added(obj, initial)
         except Exception:
-            _tell(self._added, obj)
+            self._tell("job_added", obj)
             raise
-        _raise(_tell(self._added, obj))
+        _raise(self._tell("job_added", obj))
 
     def on_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
         try:
             self._inner.on_updated(old, new)
         except Exception:
-            _tell(self._updated, old, new)
+            self._tell("job_updated", old, new)
             raise
-        _raise(_tell(self._updated, old, new))
+        _raise(self._tell("job_updated", old, new))
 
     def on_deleted(self, last: TrainJobProjection) -> None:
         try:
             self._inner.on_deleted(last)
         except Exception:
-            _tell(self._deleted, last)
+            self._tell("job_deleted", last)
             raise
-        _raise(_tell(self._deleted, last))
+        _raise(self._tell("job_deleted", last))
 
-
-def _tell(calls: tuple[Callable[..., None], ...], *jobs: TrainJobProjection) -> Exception | None:
-    """Every call; the first exception one raised, if any."""
-    error: Exception | None = None
-    for call in calls:
-        try:
-            call(*jobs)
-        except Exception as exc:
-            error = error or exc
-    return error
+    def _tell(self, what: str, *jobs: TrainJobProjection) -> Exception | None:
+        """Every listener's ``what``; the first exception one raised, if any."""
+        error: Exception | None = None
+        for listener in self._listeners:
+            try:
+                getattr(listener, what)(*jobs)
+            except Exception as exc:
+                error = error or exc
+        return error
 
 
 def _raise(error: Exception | None) -> None:
