@@ -97,13 +97,9 @@ class PodSeriesStatus(BaseModel):
     max_pods: int = Field(description="pod_series_max_pods: the cap on pods with a pod_info series.")
     failed_pods: int = Field(description="Failed pods in the pods watch's cache (each counted at most once).")
     unjoined_failures: int = Field(
-        description="Pods that failed while no TrainJob of theirs was cached and none came within 60 s, "
-        "since start: not counted in kubeflow_trainer_trainjob_pod_failures_total (their JobSet is no "
-        "TrainJob's, or their TrainJob went before this replica cached it)."
-    )
-    waiting_failures: int = Field(
-        description="Failures of pods waiting (up to 60 s) for their TrainJob to be cached: counted when it "
-        "comes (the TrainJob watch may lag the pods watch).",
+        description="Pods that failed while no TrainJob of theirs was cached, since start: not counted in "
+        "kubeflow_trainer_trainjob_pod_failures_total (their JobSet is no TrainJob's, or the TrainJob watch "
+        "lagged the pods watch for the pod's whole life)."
     )
 
 

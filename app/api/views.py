@@ -96,7 +96,6 @@ def pod_series(service: Service, now: float) -> PodSeriesStatus:
         max_pods=pods.series.max_pods,
         failed_pods=pods.failures.failed_pods if pods.enabled else 0,
         unjoined_failures=pods.failures.unjoined if pods.enabled else 0,
-        waiting_failures=pods.failures.waiting if pods.enabled else 0,
     )
 
 

@@ -68,16 +68,12 @@ class HandOver:
         telemetry: JournalTelemetry | None = None,
         on_limit: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        waiting_pods: Callable[[Callable[[str], str]], dict[str, int]] | None = None,
     ) -> None:
         """``metric_state(runtimes)``: the metric state, reading the runtimes from ``runtimes`` at render
         time. ``trainer_state(sink, gauge_sink)``: the Trainer state, its edges to ``sink`` and its gauges
         to ``gauge_sink``. ``client``: the connected client, looked up when a floor is read. ``clock``:
-        the served ledger's (the metric state's own clock must be the same one). ``waiting_pods(stream_of)``:
-        per pods stream (``stream_of(namespace)``), the lowest rv of a pod's failure seen and not sent yet
-        (``PodFailures.waiting_rvs``)."""
+        the served ledger's (the metric state's own clock must be the same one)."""
         self.config = config
-        self._waiting_pods = waiting_pods
         stream_of = streams.stream_of(config.per_namespace)
         self.metric_state = metric_state(self._runtime_info)
         hold = self.metric_state.zero_hold
@@ -124,14 +120,6 @@ class HandOver:
 
     def _waiting_rvs(self) -> dict[str, int]:
         waiting = self.state.waiting_rvs(per_namespace=self.config.per_namespace)
-        if self._waiting_pods is not None:
-            per_namespace = self.config.per_namespace
-
-            def pod_stream(namespace: str) -> str:
-                return streams.pod_stream(namespace if per_namespace else None)
-
-            for stream, rv in self._waiting_pods(pod_stream).items():
-                waiting[stream] = min(rv, waiting.get(stream, rv))
         for stream, rv in self.gap.holding.items():  # a gap being rebuilt: stay at its floor
             waiting[stream] = min(rv, waiting.get(stream, rv))
         return waiting

@@ -450,58 +450,34 @@ class JobListener(Protocol):
 
 
 class PodJobHandler:
-    """``InformerHandler[TrainJobProjection]``: the inner job handler, then each ``JobListener`` (the pod
-    series' join, the pod failures waiting for their TrainJob)."""
+    """``InformerHandler[TrainJobProjection]``: the inner job handler, then the pod series' join (or another
+    ``JobListener``)."""
 
-    def __init__(self, inner: Any, *listeners: JobListener) -> None:
+    def __init__(self, inner: Any, series: JobListener) -> None:
         self._inner = inner
-        self._listeners = listeners
+        self._series = series
         # The informer calls on_relist only if the handler has it (app/kube/cache.py); forward it as is.
         relist = getattr(inner, "on_relist", None)
         if relist is not None:
             self.on_relist = relist
 
-    # Every listener follows the cache even if the inner handler or another listener failed; the first
-    # failure is raised after them all, for the informer to log (app/kube/cache.py).
-
     def on_added(self, obj: TrainJobProjection, initial: bool) -> None:
         try:
             self._inner.on_added(obj, initial)
-        except Exception:
-            self._tell("job_added", obj)
-            raise
-        _raise(self._tell("job_added", obj))
+        finally:  # the join follows the cache even if the inner handler failed
+            self._series.job_added(obj)
 
     def on_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
         try:
             self._inner.on_updated(old, new)
-        except Exception:
-            self._tell("job_updated", old, new)
-            raise
-        _raise(self._tell("job_updated", old, new))
+        finally:  # the join follows the cache even if the inner handler failed
+            self._series.job_updated(old, new)
 
     def on_deleted(self, last: TrainJobProjection) -> None:
         try:
             self._inner.on_deleted(last)
-        except Exception:
-            self._tell("job_deleted", last)
-            raise
-        _raise(self._tell("job_deleted", last))
-
-    def _tell(self, what: str, *jobs: TrainJobProjection) -> Exception | None:
-        """Every listener's ``what``; the first exception one raised, if any."""
-        error: Exception | None = None
-        for listener in self._listeners:
-            try:
-                getattr(listener, what)(*jobs)
-            except Exception as exc:
-                error = error or exc
-        return error
-
-
-def _raise(error: Exception | None) -> None:
-    if error is not None:
-        raise error
+        finally:  # the join follows the cache even if the inner handler failed
+            self._series.job_deleted(last)
 
 
 class PodSeriesTelemetry:

@@ -198,7 +198,7 @@ class PodSeriesFeature:
         """The TrainJob informers' handler, with the pod series told of each TrainJob (when on)."""
         if not self.enabled:
             return inner
-        return PodJobHandler(inner, self.series, self.failures)
+        return PodJobHandler(inner, self.series)
 
     def read_trainjobs(self, informers: list[Informer[TrainJobProjection]]) -> None:
         """The TrainJob informers whose caches the pod series and the pod-failure edges read."""

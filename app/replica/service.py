@@ -99,8 +99,6 @@ class Service:
             telemetry=self.telemetry,
             on_limit=self.telemetry.limit_hit,
             client=lambda: self.client,  # connected by start()
-            # A pod's failure waiting for its TrainJob holds the pods stream's watermark below it.
-            waiting_pods=self.pods.failures.waiting_rvs,
         )
         # Its parts, for the routes (app/api/views.py) and the tests.
         self.metric_state = self.handover.metric_state
@@ -270,7 +268,6 @@ class Service:
         while True:
             await asyncio.sleep(_HOUSEKEEPING_INTERVAL)
             self.state.flush_pending()
-            self.pods.failures.expire()
 
     async def _run_after_runtimes(self, informer: Informer[Any]) -> None:
         """Run a TrainJob informer once the runtimes are listed. The controller builds a job from its

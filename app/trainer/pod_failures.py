@@ -20,16 +20,12 @@ The edge, as TrainerState's for the TrainJobs (app/trainer/state.py):
 * once per pod uid: a failed pod's uid is remembered while the pod is cached and, once deleted, among the
   last 4,096 deleted (a spurious delete and re-add, a relist, counts nothing again);
 * of a cached TrainJob only: the pod's ``jobset-name`` label names a TrainJob cached in its namespace
-  (rules/pods.py) and the pod is not older than it (else it is a previous job's of the same name, and never
-  counted). A pod that fails while no TrainJob of that name is cached *waits* for it, up to
-  ``WAIT_SECONDS`` (``MAX_WAITING`` at most, the oldest going first): the TrainJob watch may lag the pods
-  watch (a stalled watch, a relist of many TrainJobs), and a leader that took over while its TrainJob
-  watch lagged would otherwise never count a failure its predecessor had counted and no scrape had shown.
-  When the TrainJob comes (``job_added``, the TrainJob informers' handler) the failure is sent as it was
-  seen (its rv, its ``since``, ``listed``); while it waits, the pods stream's hand-over watermark stays
-  below its rv (``waiting_rvs``, as TrainerState's for a creation waiting for its runtime), so a
-  successor counts its own copy. One that waits in vain is not counted (``unjoined``): its JobSet is not a
-  TrainJob's (JobSet is used on its own too), or its TrainJob went before this replica cached it.
+  (rules/pods.py) and the pod is not older than it (else it is a previous job's of the same name). A pod
+  that fails while no such TrainJob is cached is not counted (``unjoined``): its JobSet is not a TrainJob's
+  (JobSet is used on its own too), or the TrainJob watch lags the pods watch by the pod's whole life
+  (the Trainer creates the TrainJob's JobSet after the TrainJob, and the pods follow the JobSet's Jobs, so
+  it is seconds behind at least). Not waiting for such a TrainJob keeps the watermark of the pods stream
+  moving: a failure counted later than failures after it would be skipped by the next leader.
 
 The reason: rules.pod_failure_reason (the pod's status reason, else its failed container's), with at most
 ``max_reasons`` distinct names beyond rules.POD_FAILURE_REASONS (then ``other``, one ``failure_reasons``
@@ -50,13 +46,9 @@ from app.trainer.events import PodFailed, TrainerSink
 from app.trainer.pods import PodProjection, TrainJobLookup, pod_trainjob
 from app.trainer.projection_types import TrainJobProjection
 
-__all__ = ["MAX_TOMBS", "MAX_WAITING", "WAIT_SECONDS", "PodFailures"]
+__all__ = ["MAX_TOMBS", "PodFailures"]
 
 MAX_TOMBS: Final = 4096  # deleted failed pods whose uid is still remembered
-# A failure waits this long for its TrainJob: longer than a stalled TrainJob watch takes to be noticed and
-# a relist of a large cluster to be applied (docs/design/k8s-protocol.md §6), far shorter than a job's life.
-WAIT_SECONDS: Final = 60.0
-MAX_WAITING: Final = 4096
 _FIXED: Final = frozenset(rules.POD_FAILURE_REASONS)
 
 
@@ -70,7 +62,6 @@ class PodFailures:
         max_reasons: int = MAX_FAILURE_REASONS,
         on_limit: Callable[[str], None] | None = None,
         wall_clock: Callable[[], float] = time.time,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sink: TrainerSink | None = None
         self._runtime_label: Callable[[str], str] = _raw
@@ -83,11 +74,6 @@ class PodFailures:
         self._tombs: deque[str] = deque()
         self._tomb_set: set[str] = set()
         self._since = 0  # during a relist diff: the rv the pods informer held before its gap
-        self._clock = clock
-        # Failures waiting for their TrainJob, oldest first: pod uid -> (the pod, since, listed, when seen),
-        # and their uids by (namespace, JobSet name).
-        self._waiting: dict[str, tuple[PodProjection, int, bool, float]] = {}
-        self._waiting_for: dict[tuple[str, str], list[str]] = {}
         self.counted = 0  # failures sent to the sink
         self.unjoined = 0  # failures of pods of no cached TrainJob (not counted)
 
@@ -135,11 +121,6 @@ class PodFailures:
         """Cached pods seen Failed (their uids are remembered)."""
         return len(self._failed)
 
-    @property
-    def waiting(self) -> int:
-        """Failures waiting for their TrainJob."""
-        return len(self._waiting)
-
     def _failure(self, pod: PodProjection) -> None:
         uid = pod.uid
         if uid in self._failed or uid in self._tomb_set:
@@ -157,88 +138,10 @@ class PodFailures:
 
     def _emit(self, pod: PodProjection, *, listed: bool) -> None:
         job = self.trainjob_of(pod)
-        if job is not None:
-            self._send(pod, job, since=self._since, listed=listed)
-        elif pod.jobset and pod_trainjob(self._jobs, pod.namespace, pod.jobset) is None:
-            self._wait(pod, listed)
-        else:  # no JobSet label, or a newer TrainJob of that name is cached: never joins
-            self._unjoined(pod, listed=listed)
-
-    # --- failures waiting for their TrainJob -------------------------------------------------------------
-
-    def _wait(self, pod: PodProjection, listed: bool) -> None:
-        self.expire()
-        if len(self._waiting) >= MAX_WAITING:
-            self._give_up(next(iter(self._waiting)))
-        self._waiting[pod.uid] = (pod, self._since, listed, self._clock())
-        self._waiting_for.setdefault((pod.namespace, pod.jobset), []).append(pod.uid)
-
-    def job_added(self, job: TrainJobProjection) -> None:
-        """A TrainJob is cached now (the TrainJob informers' handler, after their cache): the failures of
-        its pods that waited for it are sent, in the order they came."""
-        if not self._waiting_for:
+        if job is None:
+            if not listed:
+                self.unjoined += 1
             return
-        uids = self._waiting_for.pop((job.namespace, job.name), None)
-        for uid in uids or ():
-            pod, since, listed, _ = self._waiting.pop(uid)
-            joined = self.trainjob_of(pod)
-            if joined is not None:
-                self._send(pod, joined, since=since, listed=listed)
-            else:  # older than this TrainJob: a previous job's of the same name
-                self._unjoined(pod, listed=listed)
-
-    def job_updated(self, old: TrainJobProjection, new: TrainJobProjection) -> None:
-        """A TrainJob changed: nothing waits for a TrainJob that was cached already."""
-
-    def job_deleted(self, last: TrainJobProjection) -> None:
-        """A TrainJob went: nothing waits for a TrainJob that was cached."""
-
-    def expire(self, now: float | None = None) -> int:
-        """Give up the failures that waited ``WAIT_SECONDS`` (not counted); returns how many. Called as
-        failures come and by the service's housekeeping."""
-        if not self._waiting:
-            return 0
-        limit = (self._clock() if now is None else now) - WAIT_SECONDS
-        expired = 0
-        while self._waiting:
-            uid, (_, _, _, seen) = next(iter(self._waiting.items()))  # the oldest (they wait in order)
-            if seen > limit:
-                break
-            self._give_up(uid)
-            expired += 1
-        return expired
-
-    def _give_up(self, uid: str) -> None:
-        pod, _, listed, _ = self._waiting.pop(uid)
-        key = (pod.namespace, pod.jobset)
-        uids = self._waiting_for.get(key)
-        if uids is not None:
-            uids.remove(uid)
-            if not uids:
-                del self._waiting_for[key]
-        self._unjoined(pod, listed=listed)
-
-    def waiting_rvs(self, stream_of: Callable[[str], str]) -> dict[str, int]:
-        """Per pods stream (``stream_of(namespace)``), the lowest rv of a failure waiting for its TrainJob:
-        it reaches the sink later than failures with higher rvs, so a hand-over watermark stays below it
-        (app/handover/journal.py, ``waiting``)."""
-        out: dict[str, int] = {}
-        for pod, _, _, _ in self._waiting.values():
-            stream = stream_of(pod.namespace)
-            rv = rv_int(pod.resource_version)
-            if rv < out.get(stream, rv + 1):
-                out[stream] = rv
-        return out
-
-    # --- the edge ----------------------------------------------------------------------------------------
-
-    def _unjoined(self, pod: PodProjection, *, listed: bool) -> None:
-        """``pod``'s failure is not counted: no TrainJob of it is cached (a listed one was never an edge
-        this replica counts as it comes)."""
-        if not listed:
-            self.unjoined += 1
-
-    def _send(self, pod: PodProjection, job: TrainJobProjection, *, since: int, listed: bool) -> None:
         if self._sink is None:
             return
         if not listed:
@@ -251,7 +154,7 @@ class PodFailures:
                 namespace=pod.namespace,
                 runtime_ref=self._runtime_label(job.runtime_ref),
                 reason=self._reason(pod),
-                since=since,
+                since=self._since,
                 key=job.key,
                 at=self._wall_clock(),
                 listed=listed,

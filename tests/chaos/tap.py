@@ -17,9 +17,8 @@ tests/support/replica_instruments.py) it writes one JSON line per record to a pi
 * ``initial`` / ``relist`` of the TrainJob informer and of the pods informer (``stream``: ``""`` or
   ``"pods/"``, the hand-over's stream names, app/handover/streams.py): its initial list's rv; the rv it held
   before a relist and the rv of the list (which edges it could not have seen);
-* ``pod_seen``: a pod seen Failed (app/trainer/pod_failures.py), live, in a relist or in the pods informer's
-  first list: ``joined`` when its failure went to the journal (its TrainJob cached, at once or after a
-  wait), else not counted (``unjoined``: no TrainJob of it came);
+* ``pod_seen``: a pod first seen Failed after the pods informer's first list (app/trainer/pod_failures.py),
+  ``joined`` when its TrainJob was cached (an edge sent to the journal), else not counted (``unjoined``);
 * ``status`` (``status_record``, sent by a replica process every 0.1 s): leading, ready, watching, the
   TrainJob informers' rvs and the pods informers', pending creations, held series, whether every count
   was seen, liveness.
@@ -176,27 +175,39 @@ def attach_informers(service: Service, emit: Emit) -> None:
             watch._make_informer = make
     failures = service.pods.failures
 
-    def record(pod: Any, joined: bool) -> None:
-        emit(
-            {
-                "k": "pod_seen",
-                "t": time.monotonic(),
-                "pod": pod.uid,
-                "rv": int(pod.resource_version) if str(pod.resource_version).isdigit() else 0,
-                "joined": joined,
-            }
-        )
+    def seen(pod: Any, orig: Any = failures._failure) -> None:
+        new = pod.uid not in failures._failed and pod.uid not in failures._tomb_set
+        unjoined = failures.unjoined
+        orig(pod)
+        if new:
+            emit(
+                {
+                    "k": "pod_seen",
+                    "t": time.monotonic(),
+                    "pod": pod.uid,
+                    "rv": int(pod.resource_version) if str(pod.resource_version).isdigit() else 0,
+                    "joined": failures.unjoined == unjoined,
+                }
+            )
 
-    def sent(pod: Any, job: Any, *, since: int, listed: bool, orig: Any = failures._send) -> None:
-        record(pod, True)
-        orig(pod, job, since=since, listed=listed)
+    failures._failure = seen  # type: ignore[method-assign]
 
-    def unjoined(pod: Any, *, listed: bool, orig: Any = failures._unjoined) -> None:
-        record(pod, False)
+    def first_listed(pod: Any, *, listed: bool, orig: Any = failures._emit) -> None:
+        # A pod already Failed in the first list: not an edge this replica counts as it comes, and none it
+        # can count at a take-over either while its TrainJob is not cached (app/trainer/pod_failures.py).
+        if listed:
+            emit(
+                {
+                    "k": "pod_seen",
+                    "t": time.monotonic(),
+                    "pod": pod.uid,
+                    "rv": int(pod.resource_version) if str(pod.resource_version).isdigit() else 0,
+                    "joined": failures.trainjob_of(pod) is not None,
+                }
+            )
         orig(pod, listed=listed)
 
-    failures._send = sent  # type: ignore[method-assign]
-    failures._unjoined = unjoined  # type: ignore[method-assign]
+    failures._emit = first_listed  # type: ignore[method-assign]
 
 
 def _rvs(informers: Any) -> list[int]:

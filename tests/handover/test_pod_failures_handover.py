@@ -90,7 +90,6 @@ class Replica:
             trainer_state=lambda sink, gauges: TrainerState(sink, gauge_sink=gauges, clock=clock),
             client=lambda: client,
             clock=clock,
-            waiting_pods=lambda stream_of: self.failures.waiting_rvs(stream_of),  # noqa: PLW0108 (built below)
         )
         h = self.handover
         self.metrics, self.journal, self.ledger, self.state = h.metric_state, h.journal, h.ledger, h.state
@@ -171,37 +170,6 @@ def test_a_killed_leaders_unshown_failure_is_counted_by_its_successor() -> None:
     b.lead(lease)
     scrape_until_seen(clock, b)
     assert pod_failures_seen(a, b) == 1
-
-
-def test_a_failure_waiting_for_its_trainjob_keeps_the_leaders_pods_watermark_below_it() -> None:
-    """a's TrainJob watch lags: y's pod fails (rv 23) before a caches y, so its failure waits
-    (app/trainer/pod_failures.py); b had y cached and journals it. a counts x's pod failing later (rv 31)
-    and its scrapes show it, yet the pods watermark a publishes stays below 23 while y's failure waits. a is
-    killed; b takes over from that floor and counts y's failure and x's again (the crash bound): PromQL
-    sees y's failure, and x's twice. Without the hold a would publish 31 and b would skip y's failure."""
-    clock = Clock()
-    a, b = Replica("a", clock), Replica("b", clock)
-    b.jobs.on_added(job("y", 11), False)
-    a.lead(None)
-    for r in (a, b):
-        r.failures.on_added(pod_of("y", "y-1", 22), initial=False)
-        r.failures.on_updated(pod_of("y", "y-1", 22), pod_of("y", "y-1", 23, phase="Failed"))
-    assert (a.failures.waiting, b.failures.waiting) == (1, 0)
-    fail((a, b), "x-1", 30, 31)
-    scrape_until_seen(clock, a)
-    lease = a.renew()
-    assert parse_watermarks(lease.annotations)["pods/"] == 22, "held below y-1's failure (23)"
-    b.lead(lease)
-    scrape_until_seen(clock, b)
-    assert (pod_failures_seen(a), pod_failures_seen(b)) == (1, 2), "b counts y-1's and x-1's failures"
-
-
-def pod_of(jobset: str, name: str, rv: int, *, phase: str = "Running") -> PodProjection:
-    manifest = pod_manifest(name, rv, phase=phase)
-    manifest["metadata"]["labels"] = {rules.JOBSET_NAME_LABEL: jobset}
-    p = PODS.from_json(manifest)
-    assert p is not None
-    return p
 
 
 def test_the_pods_stream_never_takes_the_trainjob_streams_floor() -> None:

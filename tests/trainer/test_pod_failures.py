@@ -18,7 +18,7 @@ import pytest
 
 from app.trainer import rules
 from app.trainer.events import CountableEvent, GaugeKey, PodFailed
-from app.trainer.pod_failures import MAX_TOMBS, MAX_WAITING, WAIT_SECONDS, PodFailures
+from app.trainer.pod_failures import MAX_TOMBS, PodFailures
 from app.trainer.pods import PodProjection, PodProjector
 from tests.support.pod_shapes import projected_trainjob
 from tests.support.trainjob_cache import TrainJobCache
@@ -197,99 +197,36 @@ def test_a_deleted_failed_pods_uid_is_remembered_among_the_last_deleted_only() -
     assert [(e.pod_uid, e.listed) for e in sink.events] == [("uid-p-0", False)]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.parametrize(
-    ("stray", "waits"),
+    "stray",
     [
-        (pod(job=None, phase="Failed"), False),  # no jobset-name label (a server that ignored the selector)
-        (pod(job="other-jobset", phase="Failed"), True),  # a JobSet that is not a TrainJob's
-        (pod(ns="team-b", phase="Failed"), True),  # the TrainJob's name, another namespace
-        # older than the TrainJob: a previous job's
-        (pod(phase="Failed", created="2025-06-01T09:00:00Z"), False),
-        (pod(job=7, phase="Failed"), False),  # a malformed label
+        pod(job=None, phase="Failed"),  # no jobset-name label (a server that ignored the selector)
+        pod(job="other-jobset", phase="Failed"),  # a JobSet that is not a TrainJob's
+        pod(ns="team-b", phase="Failed"),  # the TrainJob's name, another namespace
+        pod(phase="Failed", created="2025-06-01T09:00:00Z"),  # older than the TrainJob: a previous job's
+        pod(job=7, phase="Failed"),  # a malformed label
     ],
 )
 def test_a_failed_pod_of_no_cached_trainjob_is_not_counted_and_never_for_another_job(
-    stray: PodProjection, waits: bool
+    stray: PodProjection,
 ) -> None:
-    """A pod whose JobSet names no cached TrainJob waits for one (WAIT_SECONDS) and is then given up; one
-    that can never join (no label, older than the TrainJob of its name) is given up at once."""
-    clock = Clock()
-    failures, sink = tracker(clock=clock)
+    failures, sink = tracker()
     failures.on_added(stray, initial=False)
-    assert (failures.waiting, failures.unjoined) == ((1, 0) if waits else (0, 1))
-    clock.now += WAIT_SECONDS - 1
-    assert failures.expire() == 0
-    clock.now += 1
-    assert failures.expire() == (1 if waits else 0)
     assert sink.events == []
-    assert (failures.waiting, failures.unjoined, failures.waiting_rvs(lambda ns: ns)) == (0, 1, {})
+    assert failures.unjoined == 1
 
 
-def test_a_failure_before_its_trainjob_is_cached_is_counted_when_the_job_comes_as_it_was_seen() -> None:
-    """The TrainJob watch may lag the pods watch: the failure waits, holding the pods stream's watermark
-    below its rv (waiting_rvs), and is sent when the TrainJob is cached, with the rv and ``since`` it was seen
-    with (here in a relist diff), once."""
+def test_a_failure_before_its_trainjob_is_cached_is_not_counted_when_the_job_comes() -> None:
+    """The documented choice: a pod failing while its TrainJob is not cached is not counted, not even once
+    the TrainJob arrives (the pods stream's watermark never waits for the TrainJob watch)."""
     jobs = TrainJobCache()
     failures, sink = tracker(jobs)
-    failures.on_relist(5)
-    failed = pod(phase="Failed", reason="Evicted", rv="11")
+    failed = pod(phase="Failed", reason="Evicted")
     failures.on_added(failed, initial=False)
-    failures.on_relist(None)
-    assert failures.waiting_rvs(lambda ns: "pods/" + ns) == {"pods/team-a": 11}
-    failures.on_updated(failed, pod(phase="Failed", rv="12", reason="Evicted"))  # nothing new: still waits
-    assert sink.events == [] and failures.waiting == 1
-    job = projected_trainjob()
-    jobs.on_added(job, False)
-    failures.job_added(job)
-    [event] = sink.events
-    assert (event.rv, event.since, event.listed, event.uid) == (11, 5, False, job.uid)
-    assert event.reason == "Evicted"
-    assert (failures.waiting, failures.unjoined, failures.counted) == (0, 0, 1)
-    assert failures.waiting_rvs(lambda ns: ns) == {}
-    failures.job_added(job)  # told again (a relist): nothing waits for it any more
-    assert len(sink.events) == 1
-
-
-def test_a_failure_in_the_first_list_waits_too_and_goes_as_listed() -> None:
-    jobs = TrainJobCache()
-    failures, sink = tracker(jobs)
-    failures.on_added(pod(phase="Failed", rv="9"), initial=True)
-    job = projected_trainjob()
-    jobs.on_added(job, False)
-    failures.job_added(job)
-    [event] = sink.events
-    assert event.listed and event.rv == 9 and failures.counted == 0
-
-
-def test_a_pod_older_than_the_trainjob_that_comes_is_given_up_then() -> None:
-    jobs = TrainJobCache()
-    failures, sink = tracker(jobs)
-    failures.on_added(pod(phase="Failed", created="2025-06-01T09:00:00Z"), initial=False)
-    job = projected_trainjob()
-    jobs.on_added(job, False)
-    failures.job_added(job)
-    assert sink.events == [] and (failures.waiting, failures.unjoined) == (0, 1)
-
-
-def test_at_most_max_waiting_failures_wait_the_oldest_given_up_first() -> None:
-    jobs = TrainJobCache()
-    failures, sink = tracker(jobs)
-    for i in range(MAX_WAITING + 1):
-        failures.on_added(pod(f"p-{i}", phase="Failed", rv=str(100 + i)), initial=False)
-    assert (failures.waiting, failures.unjoined) == (MAX_WAITING, 1)
-    assert failures.waiting_rvs(lambda ns: ns) == {"team-a": 101}
-    job = projected_trainjob()
-    jobs.on_added(job, False)
-    failures.job_added(job)
-    assert [e.rv for e in sink.events] == list(range(101, 101 + MAX_WAITING))
+    jobs.on_added(projected_trainjob(), False)
+    failures.on_updated(failed, pod(phase="Failed", rv="11", reason="Evicted"))
+    assert sink.events == []
+    assert failures.unjoined == 1
 
 
 def test_a_deleted_trainjob_takes_its_join_and_a_new_one_of_that_name_gets_its_own_pods() -> None:
