@@ -3,7 +3,12 @@ next leader does not count again (everything at or below the next term's floor o
 increments Prometheus stored from that term's target during it. A term whose stored increments fall short
 lost counts that no other term makes up for; the entry names the term, how it ended, how many of the
 missing counts lay between the watermark published when it ended and the next floor (a floor above what
-was published), and the scrapes of its target around its end, so a failing run explains itself."""
+was published), and the scrapes of its target around its end, so a failing run explains itself.
+
+A hint, not a verdict: a term's counts include the events it replayed at its take-over, and an earlier
+term's scrapes may have shown one of them already (the crash bound); a term that ended before a scrape
+showed such replays is listed although nothing was lost. The report prints the list only when PromQL lost
+counts."""
 
 from __future__ import annotations
 
