@@ -19,6 +19,7 @@ tests/support/replica_instruments.py) it writes one JSON line per record to a pi
   before a relist and the rv of the list (which edges it could not have seen);
 * ``pod_seen``: a pod first seen Failed after the pods informer's first list (app/trainer/pod_failures.py),
   ``joined`` when its TrainJob was cached (an edge sent to the journal), else not counted (``unjoined``);
+  with ``listed``, one already Failed in that first list, ``joined`` as its TrainJob was cached or not;
 * ``status`` (``status_record``, sent by a replica process every 0.1 s): leading, ready, watching, the
   TrainJob informers' rvs and the pods informers', pending creations, held series, whether every count
   was seen, liveness.
@@ -203,6 +204,7 @@ def attach_informers(service: Service, emit: Emit) -> None:
                     "pod": pod.uid,
                     "rv": int(pod.resource_version) if str(pod.resource_version).isdigit() else 0,
                     "joined": failures.trainjob_of(pod) is not None,
+                    "listed": True,
                 }
             )
         orig(pod, listed=listed)

@@ -63,6 +63,14 @@ def build_report(
     ordered = sorted(soak.recorder.terms, key=lambda t: t.started)
     terms = hand_overs(soak, ordered)
     doubles, handovers, allowance = terms.doubles, terms.handovers, terms.allowance
+    # An at-risk failure the next leader found Failed in its first list without its TrainJob cached: not
+    # counted by it (app/trainer/pod_failures.py); the old leader's count no scrape showed is the only one.
+    for suspect in terms.not_recounted:
+        uid = suspect["uid"]
+        if suspect["class"] == "unjoined" and not soak.visibility.pod_seen.get(uid, (set(), set()))[1]:
+            edges = soak.visibility.pod_edges.get(uid)
+            for name, key in edges[1] if edges is not None else ():
+                truth[name][key] = truth[name].get(key, 0) - 1
     _add_into(allowance, unjoined_allowance)
     promql = promql_report(soak, truth, allowance)
     short = shortfalls(ordered, soak.raw_series, soak.scrapes)
@@ -214,7 +222,11 @@ def _suspect_class(soak: Soak, prev: Term, term: Term, edge: tuple[int, str, str
     rv, kind, uid, since = edge
     if prev.was_shown(rv, since, stream):
         return "shown"
-    if kind == "pod_failed" and term.identity in soak.visibility.pod_seen.get(uid, (set(), set()))[1]:
+    visibility = soak.visibility
+    if kind == "pod_failed" and (
+        term.identity in visibility.pod_seen.get(uid, (set(), set()))[1]
+        or term.identity in visibility.listed_unjoined.get(uid, set())
+    ):
         return "unjoined"
     return "lost"
 
@@ -311,7 +323,12 @@ def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:
                                 "joined" if term.identity in seen[0] else "unjoined"
                                 for seen in [soak.visibility.pod_seen.get(uid, (set(), set()))]
                                 if term.identity in seen[0] | seen[1]
-                            ],
+                            ]
+                            + (
+                                ["listed unjoined"]
+                                if term.identity in soak.visibility.listed_unjoined.get(uid, set())
+                                else []
+                            ),
                         }
                     )
     # The second documented bound: an edge a follower's relist surfaced with a newer rv than the edge,

@@ -77,6 +77,8 @@ class Visibility:
         self.pod_edges: dict[str, _Edges] = {}
         # pod uid -> (replicas that saw it fail with its TrainJob cached, those that saw it without)
         self.pod_seen: dict[str, tuple[set[str], set[str]]] = {}
+        # pod uid -> replicas whose first list had it Failed while its TrainJob was not cached
+        self.listed_unjoined: dict[str, set[str]] = {}
         self.dropped_visible = 0
 
     def attach_truth(self, truth: Any) -> None:
@@ -139,8 +141,15 @@ class Visibility:
             edges[4] = resource_version
 
     def saw_pod(self, identity: str, record: Record) -> None:
-        """A ``pod_seen`` record: ``identity`` saw the pod fail, with or without its TrainJob cached."""
-        joined, unjoined = self.pod_seen.setdefault(str(record["pod"]), (set(), set()))
+        """A ``pod_seen`` record: ``identity`` saw the pod fail, with or without its TrainJob cached; or, with
+        ``listed``, found it already Failed in its first list (only one without its TrainJob is kept: it
+        matters only if that replica takes over from a floor below it, ``listed_unjoined``)."""
+        uid = str(record["pod"])
+        if record.get("listed"):
+            if not record["joined"]:
+                self.listed_unjoined.setdefault(uid, set()).add(identity)
+            return
+        joined, unjoined = self.pod_seen.setdefault(uid, (set(), set()))
         (joined if record["joined"] else unjoined).add(identity)
 
     def unjoined(self, after_rv: int) -> tuple[Values, Values, dict[str, int]]:
@@ -184,7 +193,7 @@ class Visibility:
             for uid in [u for u, e in edges.items() if e[4] is not None]:
                 e = edges[uid]
                 deleted_rv = e[4]
-                if stream and self.pod_seen.get(uid, (set(), set()))[1]:
+                if stream and (self.pod_seen.get(uid, (set(), set()))[1] or uid in self.listed_unjoined):
                     continue
                 if all(
                     rv is None
