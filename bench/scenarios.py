@@ -495,19 +495,27 @@ def start_service(
     return child, f"http://127.0.0.1:{port}"
 
 
+async def _warm(session: aiohttp.ClientSession, base: str, headers: dict[str, str]) -> None:
+    for _ in range(3):  # warm the connection and the caches
+        async with session.get(base + "/metrics", headers=headers) as resp:
+            await resp.read()
+
+
+async def _timed_scrape(session: aiohttp.ClientSession, base: str, headers: dict[str, str]) -> float:
+    t = time.perf_counter()
+    async with session.get(base + "/metrics", headers=headers) as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"/metrics answered {resp.status}")
+    return time.perf_counter() - t
+
+
 async def _scrapes(base: str, n: int, headers: dict[str, str], interval: float = 0.0) -> list[float]:
     out = []
     async with aiohttp.ClientSession(auto_decompress=False) as session:
-        for _ in range(3):  # warm the connection and the caches
-            async with session.get(base + "/metrics", headers=headers) as resp:
-                await resp.read()
+        await _warm(session, base, headers)
         for _ in range(n):
-            t = time.perf_counter()
-            async with session.get(base + "/metrics", headers=headers) as resp:
-                await resp.read()
-                if resp.status != 200:
-                    raise RuntimeError(f"/metrics answered {resp.status}")
-            out.append(time.perf_counter() - t)
+            out.append(await _timed_scrape(session, base, headers))
             if interval:
                 await asyncio.sleep(interval)
     return out
@@ -525,20 +533,13 @@ async def _interleaved_scrapes(
     ):
         sessions = (a, b)
         for session, base in zip(sessions, bases, strict=True):
-            for _ in range(3):  # warm the connections and the caches
-                async with session.get(base + "/metrics", headers=headers) as resp:
-                    await resp.read()
+            await _warm(session, base, headers)
         done = 0
         while done < n:
             step = min(block, n - done)
             for session, base, lat in zip(sessions, bases, out, strict=True):
                 for _ in range(step):
-                    t = time.perf_counter()
-                    async with session.get(base + "/metrics", headers=headers) as resp:
-                        await resp.read()
-                        if resp.status != 200:
-                            raise RuntimeError(f"/metrics answered {resp.status}")
-                    lat.append(time.perf_counter() - t)
+                    lat.append(await _timed_scrape(session, base, headers))
             done += step
     return out
 

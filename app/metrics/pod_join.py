@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from app.trainer import rules
-from app.trainer.pods import PodProjection
+from app.trainer.pods import PodProjection, shared
 from app.trainer.projection_types import TrainJobProjection
 
 __all__ = [
@@ -92,18 +92,12 @@ SMALL_JOB: Final = 16
 # A job's device sums: (accelerator_class label, total) pairs in the order the classes came. Jobs of one
 # template hold the same sums, so the tuples are shared (``shared_sums``), as pods share their devices.
 DeviceSums = tuple[tuple[str, int], ...]
-_MAX_SHARED_SUMS: Final = 4096
 _SHARED_SUMS: dict[DeviceSums, DeviceSums] = {}
 
 
 def shared_sums(sums: DeviceSums) -> DeviceSums:
-    """``sums`` as one object per distinct value (at most ``_MAX_SHARED_SUMS`` kept; beyond, its own)."""
-    kept = _SHARED_SUMS.get(sums)
-    if kept is not None:
-        return kept
-    if len(_SHARED_SUMS) < _MAX_SHARED_SUMS:
-        _SHARED_SUMS[sums] = sums
-    return sums
+    """``sums`` as one object per distinct value (app/trainer/pods.py ``shared``)."""
+    return shared(_SHARED_SUMS, sums)
 
 
 def add_sums(sums: DeviceSums, label: str, delta: int) -> DeviceSums:

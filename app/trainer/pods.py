@@ -13,8 +13,8 @@ object the typed decoder rejects and returns None only without a name or uid. Bo
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -41,17 +41,23 @@ _MAX_TEXT: Final = rules.MAX_REASON_LABEL  # a reason longer than this is cut (i
 _SIDECAR: Final = "Always"
 # One tuple per distinct set of devices held (pods of one template hold the same: ~100 B a pod saved), at
 # most this many kept; beyond them each pod keeps its own.
-_MAX_SHARED_DEVICES: Final = 4096
+MAX_SHARED: Final = 4096
 _SHARED_DEVICES: dict[rules.Devices, rules.Devices] = {}
+_Value = TypeVar("_Value", bound=Hashable)
+
+
+def shared(table: dict[_Value, _Value], value: _Value) -> _Value:
+    """``value`` as one object per distinct value kept in ``table`` (at most ``MAX_SHARED``, then its own)."""
+    kept = table.get(value)
+    if kept is not None:
+        return kept
+    if len(table) < MAX_SHARED:
+        table[value] = value
+    return value
 
 
 def _shared(devices: rules.Devices) -> rules.Devices:
-    kept = _SHARED_DEVICES.get(devices)
-    if kept is not None:
-        return kept
-    if len(_SHARED_DEVICES) < _MAX_SHARED_DEVICES:
-        _SHARED_DEVICES[devices] = devices
-    return devices
+    return shared(_SHARED_DEVICES, devices)
 
 
 class PodFailure(msgspec.Struct, frozen=True, gc=False):

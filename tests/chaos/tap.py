@@ -176,20 +176,17 @@ def attach_informers(service: Service, emit: Emit) -> None:
             watch._make_informer = make
     failures = service.pods.failures
 
+    def record(pod: Any, *, joined: bool, listed: bool) -> None:
+        rv = int(pod.resource_version) if str(pod.resource_version).isdigit() else 0
+        out = {"k": "pod_seen", "t": time.monotonic(), "pod": pod.uid, "rv": rv, "joined": joined}
+        emit({**out, "listed": True} if listed else out)
+
     def seen(pod: Any, orig: Any = failures._failure) -> None:
         new = pod.uid not in failures._failed and pod.uid not in failures._tomb_set
         unjoined = failures.unjoined
         orig(pod)
         if new:
-            emit(
-                {
-                    "k": "pod_seen",
-                    "t": time.monotonic(),
-                    "pod": pod.uid,
-                    "rv": int(pod.resource_version) if str(pod.resource_version).isdigit() else 0,
-                    "joined": failures.unjoined == unjoined,
-                }
-            )
+            record(pod, joined=failures.unjoined == unjoined, listed=False)
 
     failures._failure = seen  # type: ignore[method-assign]
 
@@ -197,16 +194,7 @@ def attach_informers(service: Service, emit: Emit) -> None:
         # A pod already Failed in the first list: not an edge this replica counts as it comes, and none it
         # can count at a take-over either while its TrainJob is not cached (app/trainer/pod_failures.py).
         if listed:
-            emit(
-                {
-                    "k": "pod_seen",
-                    "t": time.monotonic(),
-                    "pod": pod.uid,
-                    "rv": int(pod.resource_version) if str(pod.resource_version).isdigit() else 0,
-                    "joined": failures.trainjob_of(pod) is not None,
-                    "listed": True,
-                }
-            )
+            record(pod, joined=failures.trainjob_of(pod) is not None, listed=True)
         orig(pod, listed=listed)
 
     failures._emit = first_listed  # type: ignore[method-assign]
