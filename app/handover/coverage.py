@@ -11,7 +11,7 @@ started earlier can. Such a replica still takes the Lease, only later than the o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from app.handover.streams import floor_of
 
@@ -19,21 +19,29 @@ __all__ = ["uncovered_streams"]
 
 
 def uncovered_streams(
-    remembered_from: Mapping[str, int], floor: Mapping[str, int] | int | None
-) -> dict[str, tuple[int, int]]:
-    """The streams whose remembered events start above the takeover floor: {stream: (from, floor)}.
+    remembered_from: Mapping[str, int],
+    floor: Mapping[str, int] | int | None,
+    unlisted: Iterable[str] = (),
+) -> dict[str, tuple[int | None, int]]:
+    """The streams whose remembered events start above the takeover floor: {stream: (from, floor)}, from
+    None for a stream not listed yet.
 
     ``remembered_from``: per watch stream, the rv after which the journal holds every countable event
-    (``CountJournal.remembered_from``). ``floor``: what ``LeaseWatermarks.takeover_floor`` gives, per stream
-    (a stream it does not name: app/handover/streams.py ``floor_of``) or one int for all; None (unknown:
-    nothing is replayed) and 0 (nobody counted anything) leave nothing uncovered. Empty: this replica
-    covers the floor.
+    (``CountJournal.remembered_from``). ``unlisted``: the streams this replica watches whose first list has
+    not come (``CountJournal.unlisted``): it remembers nothing of them, so a floor above 0 of theirs is
+    uncovered. ``floor``: what ``LeaseWatermarks.takeover_floor`` gives, per stream (a stream it does not
+    name: app/handover/streams.py ``floor_of``) or one int for all; None (unknown: nothing is replayed) and 0
+    (nobody counted anything) leave nothing uncovered. Empty: this replica covers the floor.
     """
     if floor is None or isinstance(floor, int):
         return {}
-    gaps: dict[str, tuple[int, int]] = {}
+    gaps: dict[str, tuple[int | None, int]] = {}
     for stream, start in remembered_from.items():
         limit = floor_of(floor, stream)
-        if limit is not None and start > limit:
+        if limit and start > limit:  # None: nothing known; 0: nothing counted there, nothing to replay
             gaps[stream] = (start, limit)
+    for stream in unlisted:
+        limit = floor_of(floor, stream)
+        if limit:
+            gaps[stream] = (None, limit)
     return gaps

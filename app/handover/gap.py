@@ -96,19 +96,21 @@ class GapRebuilder:
         self.holding: dict[str, int] = {}
         self.rebuilt = 0  # edges counted by rebuilds, since the process started
 
-    def schedule(self, gaps: Mapping[str, tuple[int, int]]) -> None:
-        """A term started with ``gaps`` ({stream: (journal start, floor)}, ``uncovered_streams``)."""
+    def schedule(self, gaps: Mapping[str, tuple[int | None, int]]) -> None:
+        """A term started with ``gaps`` ({stream: (journal start, floor)}, ``uncovered_streams``; start
+        None: not listed yet, which only a pods stream can be, as leading waits for the TrainJob lists)."""
         self.cancel()
         trainjob_gaps: dict[str, tuple[int, int]] = {}
         for stream, (start, floor) in gaps.items():
-            if is_pod_stream(stream):
+            if is_pod_stream(stream) or start is None:
                 # A pod's failure is in no TrainJob, and the pods are not listed at the floor: bounded,
-                # not rebuilt.
+                # not rebuilt. Those of pods still there when this replica lists them are settled at the
+                # floor (app/handover/settle.py); those of pods deleted before are not replayed.
                 log.warning(
                     "taking over from the hand-over watermark %s while this replica's journal begins at "
-                    "%s (stream %s): pod failures in between are not replayed",
+                    "%s (stream %s): failures of pods deleted before it are not replayed",
                     floor,
-                    start,
+                    start if start is not None else "its first list (not come yet)",
                     stream,
                 )
                 if self._on_limit is not None:

@@ -135,7 +135,12 @@ class HandOver:
         what lies between the floor and where the journal begins, if it begins above (app/handover/gap.py).
         Returns the floor and how many events were replayed."""
         floor = self.watermarks.takeover_floor(previous)
-        gaps = uncovered_streams(self.journal.remembered_from, floor) if self.journal.journal_size else {}
+        journal = self.journal
+        gaps = (
+            uncovered_streams(journal.remembered_from, floor, journal.unlisted)
+            if journal.journal_size
+            else {}
+        )
         self.metric_state.reset_counts()
         self.ledger.start_term()
         replayed = self.journal.start_leading(floor)
@@ -171,7 +176,7 @@ class HandOver:
         ):
             return 0.0
         floor = self.watermarks.takeover_floor(record)
-        if not uncovered_streams(self.journal.remembered_from, floor):
+        if not uncovered_streams(self.journal.remembered_from, floor, self.journal.unlisted):
             return 0.0
         return warm_head_start(self.config.retry_period)
 
@@ -204,5 +209,15 @@ class HandOver:
         after), and inherited facts about jobs deleted before the list are dropped."""
         self.payload.forget_absent_jobs(present_uid_keys)
         for stream, rv in streams:
-            if rv.isdigit():
-                self.journal.remember_from(stream, int(rv))
+            self.stream_listed(stream, rv)
+
+    def stream_listed(self, stream: str, rv: str) -> None:
+        """A watch stream's first list was at ``rv``: the journal remembers its events from there."""
+        if rv.isdigit():
+            self.journal.remember_from(stream, int(rv))
+
+    def expect_streams(self, streams: Iterable[str]) -> None:
+        """Watches this replica runs that leading does not wait for (the pods'): until ``stream_listed``,
+        it covers no floor of theirs (app/handover/coverage.py)."""
+        for stream in streams:
+            self.journal.expect(stream)

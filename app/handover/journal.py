@@ -166,6 +166,9 @@ class CountJournal:
         # Per stream, the rv after which every countable event is remembered: the first list's (set by
         # ``remember_from``), raised by every event the bounded journal drops (app/handover/coverage.py).
         self._remembered_from: dict[str, int] = {}
+        # Streams this replica watches whose first list has not come yet (``expect``): it remembers nothing
+        # of them, so it covers no floor of theirs.
+        self._unlisted: set[str] = set()
         # Totals since the process started, also exported through telemetry.
         self.replayed = 0
         self.skipped = 0
@@ -226,6 +229,18 @@ class CountJournal:
         """The stream's first list was at ``rv``: edges before it were never seen as edges here. Only the
         first call per stream counts (a relist's gap is the uncertain events' business, not coverage)."""
         self._remembered_from.setdefault(stream, rv)
+        self._unlisted.discard(stream)
+
+    def expect(self, stream: str) -> None:
+        """This replica watches ``stream`` (a watch that starts later than the ones leading waits for: the
+        pods'): until its first list (``remember_from``) it is ``unlisted``."""
+        if stream not in self._remembered_from:
+            self._unlisted.add(stream)
+
+    @property
+    def unlisted(self) -> frozenset[str]:
+        """The expected streams whose first list has not come yet."""
+        return frozenset(self._unlisted)
 
     @property
     def journal_size(self) -> int:

@@ -143,7 +143,9 @@ class HeldEdgeSettler:
 
     async def _run(self) -> None:
         journal = self._journal
-        while journal.leading:
+        # Paused (a graceful stop's wait), the journal settles nothing: the edges stay held for the next
+        # leader, and asking again would only repeat the reads (at once, when they fail).
+        while journal.leading and not journal.paused:
             batch = journal.take_uncertain()
             if not batch:
                 return

@@ -39,7 +39,8 @@ class InformerHandler(Protocol[T_contra]):
 
     Optional: ``on_relist(since: int | None)``, if the handler has it, is called before the notifications
     of a relist diff (after the initial list) with the resourceVersion the informer held before the gap,
-    and with None after them."""
+    and with None after them; ``on_synced(rv: str)``, if it has it, after the notifications of the initial
+    list, with that list's resourceVersion."""
 
     def on_added(self, obj: T_contra, initial: bool) -> None: ...  # initial: part of the first LIST
     def on_updated(self, old: T_contra, new: T_contra) -> None: ...
@@ -120,12 +121,15 @@ class Cache(Generic[T]):
         self._notify_deleted(old)
         return True
 
-    def replace(self, items: dict[str, T], unusable: set[str], *, initial: bool, since: int) -> None:
+    def replace(
+        self, items: dict[str, T], unusable: set[str], *, initial: bool, since: int, list_rv: str = ""
+    ) -> None:
         """Swap in a complete list and tell the handler what changed relative to the cache.
 
         ``unusable``: keys listed with an unusable object, which keep their last good state rather than
-        being reported deleted. ``initial``: the first list (adds say so, no relist bracket). ``since``:
-        the resourceVersion held before the gap, passed to the handler's optional ``on_relist``.
+        being reported deleted. ``initial``: the first list (adds say so, no relist bracket; its
+        ``list_rv`` is passed to the handler's optional ``on_synced``). ``since``: the resourceVersion held
+        before the gap, passed to the handler's optional ``on_relist``.
         """
         old_store = self.store
         # A handler that must tell relist-diff notifications from live ones (e.g. to tag what it finds
@@ -138,6 +142,13 @@ class Cache(Generic[T]):
         finally:
             if on_relist is not None:
                 on_relist(None)
+        on_synced = getattr(self._handler, "on_synced", None) if initial else None
+        if on_synced is not None:
+            try:
+                on_synced(list_rv)
+            except Exception:
+                self._counters.skipped["handler_error"] += 1
+                log.exception("informer %s: handler on_synced failed (rv %s)", self._name, short(list_rv))
 
     def _diff(self, old_store: dict[str, T], items: dict[str, T], unusable: set[str], initial: bool) -> None:
         for key in unusable:

@@ -239,6 +239,9 @@ class KubeClient:
             raise ApiError(0, "ClientError", str(exc)[:_MAX_MESSAGE_CHARS]) from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _connection_error(exc) from exc
+        # ApiClient keeps the last response it returned, with the body once read: one LIST page (7 MB at
+        # 500 pods) held until the next request, for nothing.
+        self._api.last_response = None
         return resp
 
     async def _raise_for_status(self, resp: aiohttp.ClientResponse) -> None:

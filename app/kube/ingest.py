@@ -152,7 +152,7 @@ class Ingest(Generic[T]):
         since = int(rv) if rv.isdigit() else 0  # held before the gap, for the handler's on_relist
         if list_rv:
             self.resource_version = list_rv
-        self._cache.replace(items, unusable, initial=not self.synced, since=since)
+        self._cache.replace(items, unusable, initial=not self.synced, since=since, list_rv=list_rv)
         self._store = self._cache.store
         self.synced = True
         self.counters.lists += 1

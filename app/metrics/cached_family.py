@@ -21,8 +21,9 @@ Everything here runs on the event loop thread: there is no lock.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from enum import IntEnum
+from typing import Generic, TypeVar
 
 from prometheus_client.metrics_core import Metric
 
@@ -30,7 +31,11 @@ from app.metrics import protobuf as pb
 from app.metrics.deflate_parts import DeflatedPart, Part
 from app.metrics.formatting import LabelValues, escape_help, escape_label_value
 
-__all__ = ["Family", "Format"]
+__all__ = ["Family", "Format", "Key"]
+
+# What a family's entries are keyed by: a series' label values, or (app/metrics/record_family.py) its
+# owner's key of the record its series are rendered from.
+Key = TypeVar("Key", bound=Hashable)
 
 
 class Format(IntEnum):
@@ -52,7 +57,7 @@ _PB_TYPES = {
 _GONE_PREFIXES = 512
 
 
-class _Block:
+class _Block(Generic[Key]):
     """A run of consecutive series of one family and their joined chunks, per slot (a slot per format the
     family renders differently in).
 
@@ -72,13 +77,11 @@ class _Block:
     def __init__(self, slots: int, keep_chunks: bool) -> None:
         # Every slot's dict holds every series of the block, in the same order (b"" until rendered, and
         # always without chunks: then one dict is every slot's).
-        self.chunks: list[dict[LabelValues, bytes]] = (
-            [{} for _ in range(slots)] if keep_chunks else [{}] * slots
-        )
+        self.chunks: list[dict[Key, bytes]] = [{} for _ in range(slots)] if keep_chunks else [{}] * slots
         self.bodies: list[Part | None] = [None] * slots
 
 
-class Family:
+class Family(Generic[Key]):
     """One metric family: a rendered chunk per series (unless ``keep_chunks`` is off), grouped in blocks,
     and the series to re-render."""
 
@@ -135,13 +138,13 @@ class Family:
         # Format -> slot of the chunks it is rendered from, and per slot (render, render zero). OpenMetrics
         # reads the text chunks until enable_exemplars gives it a slot of its own.
         self._slot_of = [0, 0, 1]
-        self._renderers: list[tuple[Callable[[LabelValues], bytes], Callable[[LabelValues], bytes]]] = [
+        self._renderers: list[tuple[Callable[[Key], bytes], Callable[[Key], bytes]]] = [
             (self._render_series, self._render_zero),
             (self._render_protobuf, self._render_zero_protobuf),
         ]
         self._active: list[int] = []  # slots a scrape asked for: kept rendered
         self._exemplars_on = False
-        self._pb_labels_cache: dict[LabelValues, bytes] | None = {}
+        self._pb_labels_cache: dict[Hashable, bytes] | None = {}
         # The text format lists labels sorted by name; keys keep the declared order.
         self._order = sorted(range(len(self.label_names)), key=lambda i: self.label_names[i])
         # A new series always goes to the last block, and the state dicts of the subclasses insert
@@ -152,19 +155,19 @@ class Family:
         if compressed and keep_chunks:
             raise ValueError(f"{name}: compressed blocks keep no chunks (keep_chunks=False)")
         self._compressed = compressed
-        self._blocks: list[_Block] = []
-        self._block_of: dict[LabelValues, _Block] = {}
-        self._dirty: set[LabelValues] = set()
-        self._prefixes: dict[LabelValues, bytes] = {}
+        self._blocks: list[_Block[Key]] = []
+        self._block_of: dict[Key, _Block[Key]] = {}
+        self._dirty: set[Key] = set()
+        self._prefixes: dict[Hashable, bytes] = {}
         # The prefixes of the latest dropped series, oldest first (see ``_prefix``).
-        self._gone_prefixes: dict[LabelValues, bytes] = {}
+        self._gone_prefixes: dict[Hashable, bytes] = {}
         self.changed = False  # anything changed since the last render (cleared by SeriesCache)
         # Born at zero (see the module docstring): series rendered as zeros, those among them no served
         # render has shown yet (their hold has not started), and (release time, series) in time order.
         self._holds = False
-        self._held: set[LabelValues] = set()
-        self._unserved: list[LabelValues] = []
-        self._releases: deque[tuple[float, LabelValues]] = deque()
+        self._held: set[Key] = set()
+        self._unserved: list[Key] = []
+        self._releases: deque[tuple[float, Key]] = deque()
 
     def __len__(self) -> int:
         return len(self._block_of)
@@ -186,7 +189,7 @@ class Family:
             raise RuntimeError(f"{self.name}: a hold needs the series chunks (keep_chunks=False)")
         self._holds = True
 
-    def held(self, key: LabelValues) -> bool:
+    def held(self, key: Key) -> bool:
         """``key`` is shown as zeros (its real values are not served yet)."""
         return key in self._held
 
@@ -194,12 +197,12 @@ class Family:
     def held_count(self) -> int:
         return len(self._held)
 
-    def serve(self, now: float, hold: float) -> list[LabelValues]:
+    def serve(self, now: float, hold: float) -> list[Key]:
         """A render at ``now`` is about to be served: release the series whose hold has ended (they are
         re-rendered with their real values) and start the hold of those this render shows for the first
         time (released at the first served render at or after ``now + hold``: never this one, even with
         ``hold`` 0). Returns the released series."""
-        released: list[LabelValues] = []
+        released: list[Key] = []
         releases = self._releases
         while releases and releases[0][0] <= now:
             key = releases.popleft()[1]
@@ -215,10 +218,10 @@ class Family:
             self._unserved = []
         return released
 
-    def _released(self, key: LabelValues) -> None:
+    def _released(self, key: Key) -> None:
         """``key``'s hold ended (kinds that keep something for held series drop it here)."""
 
-    def _add_series(self, key: LabelValues) -> None:
+    def _add_series(self, key: Key) -> None:
         blocks = self._blocks
         if not blocks or len(blocks[-1].chunks[0]) >= self._block_series:
             blocks.append(_Block(len(self._renderers), self._keep_chunks))
@@ -230,7 +233,7 @@ class Family:
             self._held.add(key)
             self._unserved.append(key)
 
-    def _drop_series(self, key: LabelValues) -> None:
+    def _drop_series(self, key: Key) -> None:
         prefix = self._prefixes.pop(key, None)
         if prefix is not None:
             gone = self._gone_prefixes
@@ -250,7 +253,7 @@ class Family:
         self._dirty.discard(key)
         self.changed = True
 
-    def _merge_sparse(self, block: _Block) -> None:
+    def _merge_sparse(self, block: _Block[Key]) -> None:
         """``block`` is at most half full: merge it with a neighbour if both fit in one block.
 
         Series come and go in any order (a label set ends when its last TrainJob does), so without this a
@@ -289,7 +292,7 @@ class Family:
         self._releases = deque()
         self.changed = True
 
-    def touch(self, key: LabelValues) -> None:
+    def touch(self, key: Key) -> None:
         """Re-render ``key`` at the next flush; also for numbers its owner changed in place."""
         if key in self._held and self._active and self._block_of[key].chunks[self._active[0]][key]:
             return  # its zero chunks are rendered already and stay until the release (never without chunks)
@@ -335,25 +338,25 @@ class Family:
         names = self.label_names
         return pb.label_pairs((names[i], key[i]) for i in self._order)
 
-    def _render_series(self, key: LabelValues) -> bytes:
+    def _render_series(self, key: Key) -> bytes:
         raise NotImplementedError
 
-    def _render_zero(self, key: LabelValues) -> bytes:
+    def _render_zero(self, key: Key) -> bytes:
         """The series with every value 0 (born at zero); only families with a hold use it."""
         raise NotImplementedError
 
-    def _render_openmetrics(self, key: LabelValues) -> bytes:
+    def _render_openmetrics(self, key: Key) -> bytes:
         """The series in OpenMetrics with its exemplars (families that ``enable_exemplars``)."""
         raise NotImplementedError
 
-    def _render_zero_openmetrics(self, key: LabelValues) -> bytes:
+    def _render_zero_openmetrics(self, key: Key) -> bytes:
         raise NotImplementedError
 
-    def _render_protobuf(self, key: LabelValues) -> bytes:
+    def _render_protobuf(self, key: Key) -> bytes:
         """The series as one Metric field of its MetricFamily (``pb.metric_field``)."""
         raise NotImplementedError
 
-    def _render_zero_protobuf(self, key: LabelValues) -> bytes:
+    def _render_zero_protobuf(self, key: Key) -> bytes:
         raise NotImplementedError
 
     def metric(self) -> Metric:
@@ -369,7 +372,7 @@ class Family:
         if not active:
             return  # nothing rendered yet: the first scrape renders every series of its format
         block_of = self._block_of
-        blocks: dict[int, _Block] = {}
+        blocks: dict[int, _Block[Key]] = {}
         if self._keep_chunks:
             held = self._held
             renderers = [(slot, *self._renderers[slot]) for slot in active]
@@ -388,7 +391,7 @@ class Family:
             for slot in active:
                 block.bodies[slot] = self._join(block, slot)
 
-    def _join(self, block: _Block, slot: int) -> Part:
+    def _join(self, block: _Block[Key], slot: int) -> Part:
         """``block``'s body in ``slot``: its chunks joined, or without chunks its series rendered (and
         compressed, when so built)."""
         if self._keep_chunks:

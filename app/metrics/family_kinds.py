@@ -41,7 +41,7 @@ __all__ = ["CounterFamily", "GaugeFamily", "HistogramFamily"]
 _COUNTER_ZERO = pb.field_bytes(pb.METRIC_COUNTER, b"")
 
 
-class CounterFamily(Family):
+class CounterFamily(Family[LabelValues]):
     __slots__ = ("_first", "base_name", "exemplars", "values")
 
     def __init__(self, base_name: str, documentation: str, label_names: Sequence[str]) -> None:
@@ -112,7 +112,7 @@ class CounterFamily(Family):
         return family
 
 
-class GaugeFamily(Family):
+class GaugeFamily(Family[LabelValues]):
     __slots__ = ("values",)
 
     def __init__(self, name: str, documentation: str, label_names: Sequence[str]) -> None:
@@ -160,7 +160,7 @@ class GaugeFamily(Family):
         return family
 
 
-class HistogramFamily(Family):
+class HistogramFamily(Family[LabelValues]):
     """Classic buckets (``bounds``) and, for the protobuf exposition, native buckets (app/metrics/native.py)
     of the same observations: one count and one sum, so both views of a series always agree."""
 

@@ -58,7 +58,7 @@ SKIP_REASONS: Final = ("unparsable", "invalid_name", "over_cap")
 _JOB: Final = ("namespace", "trainjob")
 
 
-class ValueGaugeFamily(Family):
+class ValueGaugeFamily(Family[LabelValues]):
     """A gauge family with float values; a series exists while it has a value (0.0 included).
 
     ``keep_chunks=False`` for series that change rarely: no text kept per series, a change re-renders its

@@ -33,7 +33,7 @@ __all__ = [
     "with_attempt",
 ]
 
-JobKey = tuple[str, str]  # (namespace, TrainJob name)
+JobKey = str  # "namespace/name" of the TrainJob a pod's jobset-name label names (PodProjection.trainjob_key)
 InfoKey = tuple[str, str, str, str, str, str]
 
 
@@ -69,7 +69,7 @@ def contribution(pod: PodProjection, job: TrainJobProjection | None) -> Contribu
     info: InfoKey | None = None
     node, replicated = pod.node, pod.replicated_job
     if rules.is_object_name(name) and rules.is_object_name(node) and rules.is_label_value(replicated):
-        info = (pod.namespace, pod.jobset, name, node, replicated, job.runtime_ref)
+        info = (job.namespace, job.name, name, node, replicated, job.runtime_ref)
     return Contribution(info, () if pod.implausible else pod.devices, pod.restart_attempt)
 
 
@@ -117,7 +117,7 @@ class JobPods:
     __slots__ = ("at_attempt", "attempt", "devices", "key", "pods", "shown")
 
     def __init__(self, key: JobKey) -> None:
-        self.key = key  # (namespace, JobSet name): the one tuple its series' labels share
+        self.key = key  # its TrainJob's key: the one string its pods and its series' entries share
         # In the order they came (replaced in place): a tuple up to SMALL_JOB pods, then a dict by key.
         self.pods: tuple[PodProjection, ...] | dict[str, PodProjection] = ()
         self.devices: DeviceSums = ()  # the joined pods' devices per accelerator_class label (shared)

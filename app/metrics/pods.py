@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -64,6 +64,7 @@ from app.metrics.pod_join import (
 from app.metrics.record_family import RecordFamily
 from app.trainer import rules
 from app.trainer.event_builder import MAX_ACCELERATOR_CLASSES, OTHER_ACCELERATOR_CLASS
+from app.trainer.field_builders import object_key, split_key
 from app.trainer.pods import PodProjection, TrainJobLookup, nameable_by_pods, pod_trainjob
 from app.trainer.projection_types import TrainJobProjection
 
@@ -132,7 +133,8 @@ class PodSeries:
         )
         self.families: tuple[RecordFamily, ...] = (self.info, self.allocated, self.restarts)
         self._jobs = jobs
-        # Every pod heard of, by (namespace, jobset-name): the pods a TrainJob event rejoins, and their sums.
+        # Every pod heard of, by its TrainJob's key (``trainjob_key``): the pods a TrainJob event rejoins, and
+        # their sums.
         # Invariant: each pod's contribution to the families is ``contribution(pod, job)`` for the pod kept
         # here and the TrainJob as last told (pod events read it in the informer's cache, which is updated
         # before the TrainJob's handler is told; TrainJob events pass the old and new states).
@@ -160,7 +162,8 @@ class PodSeries:
         counts = dict.fromkeys(POD_STATUSES, 0)
         counts["exported"] = self._exported
         counts["over_cap"] = len(self._waiting)
-        for (namespace, jobset), record in self._by_job.items():
+        for job_key, record in self._by_job.items():
+            namespace, jobset = split_key(job_key)
             job = pod_trainjob(self._jobs, namespace, jobset)
             for pod in record.all():
                 if joined(pod, job):
@@ -178,29 +181,30 @@ class PodSeries:
 
     # --- the series of a record, as they are now (RecordFamily renders them) ---------------------------
 
-    def _info_samples(self, job_key: LabelValues) -> Iterator[tuple[InfoKey, float]]:
-        """The info series of the pods of ``job_key`` (namespace, JobSet name) shown: what each pod's
-        contribution names, but for the pods waiting over the cap."""
-        record = self._by_job.get(cast(JobKey, job_key))
+    def _info_samples(self, job_key: JobKey) -> Iterator[tuple[InfoKey, float]]:
+        """The info series of the pods of ``job_key`` shown: what each pod's contribution names, but for the
+        pods waiting over the cap."""
+        record = self._by_job.get(job_key)
         if record is None:
             return
-        job = pod_trainjob(self._jobs, *record.key)
+        job = pod_trainjob(self._jobs, *split_key(job_key))
         waiting = self._waiting
         for pod in record.all():
             info = contribution(pod, job).info
             if info is not None and pod.key not in waiting:
                 yield info, 1.0
 
-    def _allocated_samples(self, job_key: LabelValues) -> Iterator[tuple[LabelValues, float]]:
-        record = self._by_job.get(cast(JobKey, job_key))
+    def _allocated_samples(self, job_key: JobKey) -> Iterator[tuple[LabelValues, float]]:
+        record = self._by_job.get(job_key)
         if record is not None:
+            namespace, name = split_key(job_key)
             for label, total in record.devices:
-                yield (*record.key, label), float(total)
+                yield (namespace, name, label), float(total)
 
-    def _restarts_samples(self, job_key: LabelValues) -> Iterator[tuple[LabelValues, float]]:
-        record = self._by_job.get(cast(JobKey, job_key))
+    def _restarts_samples(self, job_key: JobKey) -> Iterator[tuple[LabelValues, float]]:
+        record = self._by_job.get(job_key)
         if record is not None and record.attempt is not None:
-            yield record.key, float(record.attempt)
+            yield split_key(job_key), float(record.attempt)
 
     # --- TrainJobs (PodJobHandler) ---------------------------------------------------------------------
 
@@ -225,7 +229,7 @@ class PodSeries:
         self, job: TrainJobProjection, before: TrainJobProjection | None, after: TrainJobProjection | None
     ) -> None:
         """The job's pods move from what they added to ``before`` to what they add to ``after``."""
-        record = self._by_job.get((job.namespace, job.name))
+        record = self._by_job.get(job.key)
         if record is None:
             return  # nearly every TrainJob: no pod of it cached
         job_key = record.key
@@ -258,25 +262,25 @@ class PodSeries:
         self._place(pod)
 
     def pod_updated(self, old: PodProjection, new: PodProjection) -> None:
-        if (old.namespace, old.jobset) != (new.namespace, new.jobset):  # labels are mutable: it moves
-            self._remove(old.key, (old.namespace, old.jobset))
+        if old.trainjob_key != new.trainjob_key:  # labels are mutable: it moves
+            self._remove(old.key, old.trainjob_key)
         self._place(new)
 
     def pod_deleted(self, last: PodProjection) -> None:
         self._implausible.discard(last.key)
-        self._remove(last.key, (last.namespace, last.jobset))
+        self._remove(last.key, last.trainjob_key)
 
     def _place(self, pod: PodProjection) -> None:
         """``pod`` is the one of its key in its job's pods, adding what it adds instead of what the one it
         replaces added."""
         self._statuses = None
-        job_key = (pod.namespace, pod.jobset)
+        job_key = pod.trainjob_key
         record = self._by_job.get(job_key)
         if record is None:
             record = self._by_job[job_key] = JobPods(job_key)
         key = pod.key
         previous = record.put(pod)
-        job = pod_trainjob(self._jobs, *job_key)
+        job = pod_trainjob(self._jobs, *split_key(job_key))
         self._note_implausible(key, pod, job)
         old = NOTHING if previous is None else contribution(previous, job)
         if self._apply(key, old, contribution(pod, job), record=record, job=job):
@@ -288,7 +292,7 @@ class PodSeries:
         previous = None if record is None else record.pop(key)
         if record is None or previous is None:
             return
-        job = pod_trainjob(self._jobs, *job_key)
+        job = pod_trainjob(self._jobs, *split_key(job_key))
         changed = self._apply(key, contribution(previous, job), NOTHING, record=record, job=job)
         if not record.pods:
             del self._by_job[job_key]
@@ -371,7 +375,7 @@ class PodSeries:
 
     def _shown(self, info: InfoKey, delta: int) -> None:
         """The pod ``info`` names is shown (``delta`` 1) or no longer (-1)."""
-        record = self._by_job[info[0], info[1]]
+        record = self._by_job[object_key(info[0], info[1])]
         before = record.shown
         record.shown = before + delta
         self.info.resize(record.key, before, record.shown)

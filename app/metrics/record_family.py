@@ -26,13 +26,14 @@ from app.metrics.formatting import LabelValues, floatToGoString
 
 __all__ = ["RecordFamily", "Samples"]
 
-# The series of one TrainJob: (label values, value) each.
-Samples = Callable[[LabelValues], Iterable[tuple[LabelValues, float]]]
+# The series of one TrainJob, by its key: (label values, value) each.
+Samples = Callable[[str], Iterable[tuple[LabelValues, float]]]
 
 
-class RecordFamily(Family):
-    """A gauge family whose entries are TrainJobs (namespace, name) and whose series are rendered from
-    ``samples`` (the module docstring); its length is the number of series."""
+class RecordFamily(Family[str]):
+    """A gauge family whose entries are TrainJobs, by their key ("namespace/name": the owner's record's,
+    no tuple a job), and whose series are rendered from ``samples`` (the module docstring); its length is
+    the number of series."""
 
     __slots__ = ("_samples", "_total")
 
@@ -44,7 +45,7 @@ class RecordFamily(Family):
     def __len__(self) -> int:
         return self._total
 
-    def resize(self, job: LabelValues, before: int, after: int) -> None:
+    def resize(self, job: str, before: int, after: int) -> None:
         """``job`` has ``after`` series now and had ``before`` (its owner counts them); its block is
         rendered again while it has any."""
         self._total += after - before
@@ -55,13 +56,13 @@ class RecordFamily(Family):
         elif before:
             self._drop_series(job)
 
-    def _render_series(self, key: LabelValues) -> bytes:
+    def _render_series(self, key: str) -> bytes:
         labelstr, name = self._labelstr, self.name
         return "".join(
             f"{name}{labelstr(labels)} {floatToGoString(value)}\n" for labels, value in self._samples(key)
         ).encode()
 
-    def _render_protobuf(self, key: LabelValues) -> bytes:
+    def _render_protobuf(self, key: str) -> bytes:
         pairs = self._pb_label_pairs
         return b"".join(
             pb.metric_field(pairs(labels) + pb.field_bytes(pb.METRIC_GAUGE, pb.field_double(1, value)))

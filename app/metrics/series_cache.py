@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
@@ -78,7 +79,7 @@ class SeriesCache:
 
     def __init__(
         self,
-        families: Sequence[Family],
+        families: Sequence[Family[Any]],
         *,
         flush_every: int,
         publish_interval: float = 0.0,
@@ -98,7 +99,7 @@ class SeriesCache:
         if publish_interval < 0:
             raise ValueError("publish_interval must be >= 0")
         # Fixed order, so the output is stable.
-        self.families: tuple[Family, ...] = tuple(families)
+        self.families: tuple[Family[Any], ...] = tuple(families)
         self._flush_every = flush_every
         self._publish_interval = publish_interval
         self._clock = clock

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar, assert_never
+from typing import Any, TypeVar, assert_never
 
 from prometheus_client.metrics_core import Metric
 
@@ -78,7 +78,7 @@ class TrainerMetricState:
         publish_interval: float = 0.02,
         zero_hold: float | None = None,
         clock: Callable[[], float] = time.monotonic,
-        extra_families: Sequence[Family] = (),
+        extra_families: Sequence[Family[Any]] = (),
         exemplars: bool = False,
     ) -> None:
         """``flush_every``, ``publish_interval``: see :class:`app.metrics.series_cache.SeriesCache`.
@@ -255,7 +255,7 @@ class TrainerMetricState:
     # --- rendering ---------------------------------------------------------------------------------
 
     @property
-    def families(self) -> tuple[Family, ...]:
+    def families(self) -> tuple[Family[Any], ...]:
         """The families, in exposition order."""
         return self._series.families
 

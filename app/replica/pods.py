@@ -6,7 +6,9 @@ no pods (404), keeps everything else. The watch asks first (a LIST of one pod wi
 selector); refused, it says so in one log line, reports ``forbidden`` or ``absent`` in /debug/snapshot and in
 ``trainer_metrics_pod_watch_status``, and asks again every ``recheck`` seconds (a Role granted later is
 picked up, and logged). The pods informers are not among the ones readiness and leadership wait for: a pods
-watch that is refused, or slow to sync, never makes a replica unready nor keeps it from leading.
+watch that is refused, or slow to sync, never makes a replica unready nor keeps it from leading. They start
+once the TrainJob informers have synced (app/replica/service.py), and each tells the hand-over its first
+list (``connect``'s ``on_listed``): until then the replica covers no pods floor (app/handover/coverage.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Final
 from prometheus_client import CollectorRegistry
 
 from app.config import Settings
+from app.handover.streams import pod_stream
 from app.kube.client import ApiError, KubeClient
 from app.kube.informer import Informer, InformerOptions
 from app.kube.informer_telemetry import InformerTelemetry
@@ -133,9 +136,12 @@ class TrainJobCaches:
 class PodHandlers:
     """``InformerHandler[PodProjection]`` of the pods watch: the pod series, then the pod-failure edges."""
 
-    def __init__(self, series: PodSeriesHandler, failures: PodFailures) -> None:
+    def __init__(
+        self, series: PodSeriesHandler, failures: PodFailures, *, on_synced: Callable[[str], None]
+    ) -> None:
         self._series = series
         self._failures = failures
+        self.on_synced = on_synced  # the first list's resourceVersion (the hand-over's coverage)
 
     def on_added(self, obj: PodProjection, initial: bool) -> None:
         self._series.on_added(obj, initial)
@@ -181,18 +187,35 @@ class PodSeriesFeature:
         self.failures = PodFailures(
             self.trainjobs.get, max_reasons=settings.max_failure_reasons, on_limit=on_limit
         )
-        self.projector = PodProjector(rules.AcceleratorMatcher(settings.accelerator_resource_patterns))
+        self.projector = PodProjector(
+            rules.AcceleratorMatcher(settings.accelerator_resource_patterns), self.trainjobs.get
+        )
         self.pod_watches: list[PodWatch] = []
+        self._on_listed: Callable[[str, str], None] = lambda stream, rv: None  # set by ``connect``
         registry.register(PodSeriesTelemetry(self.series, self.statuses))
 
     @property
     def families(self) -> tuple[Any, ...]:
         return self.series.families if self.enabled else ()
 
-    def connect(self, sink: TrainerSink, runtime_label: Callable[[str], str]) -> None:
+    def connect(
+        self,
+        sink: TrainerSink,
+        runtime_label: Callable[[str], str],
+        on_listed: Callable[[str, str], None],
+    ) -> None:
         """The pod failures go to ``sink`` (the hand-over journal), labelled by TrainerState's
-        ``runtime_ref_label``."""
+        ``runtime_ref_label``; each pods watch's first list is told to ``on_listed(stream, rv)`` (the
+        hand-over's ``stream_listed``)."""
         self.failures.connect(sink, runtime_label)
+        self._on_listed = on_listed
+
+    def streams(self) -> list[str]:
+        """The hand-over streams of the pods watches this replica runs (app/handover/streams.py)."""
+        return [pod_stream(ns) for ns in self._scopes()] if self.enabled else []
+
+    def _scopes(self) -> list[str | None]:
+        return list(self._namespaces) or [None]
 
     def job_handler(self, inner: Any) -> Any:
         """The TrainJob informers' handler, with the pod series told of each TrainJob (when on)."""
@@ -214,15 +237,20 @@ class PodSeriesFeature:
         """The pods watches to run (none when off): one per watched namespace, else one over all."""
         if not self.enabled:
             return []
-        handler = PodHandlers(PodSeriesHandler(self.series), self.failures)
+        series = PodSeriesHandler(self.series)
 
         def informer(namespace: str | None) -> Informer[PodProjection]:
+            stream = pod_stream(namespace)
+
+            def listed(rv: str) -> None:
+                self._on_listed(stream, rv)
+
             return Informer(
                 client,
                 PODS,
                 namespace,
                 self.projector,
-                handler,
+                PodHandlers(series, self.failures, on_synced=listed),
                 options=options,
                 telemetry=telemetry,
                 on_limit=self._on_limit,
@@ -230,8 +258,7 @@ class PodSeriesFeature:
                 label_selector=rules.POD_SELECTOR,
             )
 
-        scopes: list[str | None] = list(self._namespaces) or [None]
-        self.pod_watches = [PodWatch(client, ns, informer, recheck=RECHECK_INTERVAL) for ns in scopes]
+        self.pod_watches = [PodWatch(client, ns, informer, recheck=RECHECK_INTERVAL) for ns in self._scopes()]
         return self.pod_watches
 
     def statuses(self) -> dict[str, str]:

@@ -41,7 +41,7 @@ from app.metrics.telemetry import SelfTelemetry
 from app.metrics.trainer_metrics import RuntimeProvider, TrainerMetricState
 from app.replica.heap_trim import HeapTrimmer, load_malloc_trim
 from app.replica.informer_options import informer_options
-from app.replica.pods import PodSeriesFeature
+from app.replica.pods import PodSeriesFeature, PodWatch
 from app.trainer.events import TrainerSink
 from app.trainer.informer_projectors import CLUSTER_TRAINING_RUNTIME_PROJECTOR, TRAINING_RUNTIME_PROJECTOR
 from app.trainer.kinds import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, TRAINJOBS
@@ -107,7 +107,10 @@ class Service:
         self.ledger = self.handover.ledger
         self.lease_watermarks = self.handover.watermarks
         # A pod's failure is a countable edge like a TrainJob's (app/trainer/pod_failures.py).
-        self.pods.connect(self.journal, self.state.runtime_ref_label)
+        self.pods.connect(self.journal, self.state.runtime_ref_label, self.handover.stream_listed)
+        # The pods watches list after the TrainJobs, maybe after this replica leads: until each has, its
+        # journal covers no pods floor (app/handover/coverage.py).
+        self.handover.expect_streams(self.pods.streams())
         self.state.watch_jobs(lambda: (job for i in self._trainjob_informers for _, job in i.items()))
         self.exposition = MetricsExposition(self.registry)
         # A scrape runs ahead of watch ingestion on the loop (app/kube/priority.py).
@@ -172,7 +175,7 @@ class Service:
         for watch in self.pods.watches(
             self.client, informer_options(s), self.informer_telemetry, self.priority
         ):
-            self._spawn(watch.run(), f"pods watch {watch.name}")
+            self._spawn(self._run_after_trainjobs(watch), f"pods watch {watch.name}")
         self._spawn(self._housekeeping(), "housekeeping")
         if self._owns_process and s.heap_trim_interval_seconds > 0:
             trim = load_malloc_trim()
@@ -280,6 +283,15 @@ class Service:
         while not self._runtimes_synced():  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         await informer.run()
+
+    async def _run_after_trainjobs(self, watch: PodWatch) -> None:
+        """Run a pods watch once the TrainJobs are listed (client-go's WaitForCacheSync before a dependent
+        informer): its first list then finds each pod's TrainJob cached, so a pod already Failed in it
+        counts (app/trainer/pod_failures.py counts no failure it cannot join), it joins at once instead of
+        waiting unjoined, and it shares its TrainJob's key string (app/trainer/pods.py)."""
+        while not all(i.synced for i in self._trainjob_informers):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        await watch.run()
 
     def _runtimes_synced(self) -> bool:
         return all(i.synced for i in self._runtime_informers)

@@ -50,6 +50,12 @@ def object_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+def split_key(key: str) -> tuple[str, str]:
+    """(namespace, name) of an ``object_key`` (names and namespaces have no "/")."""
+    namespace, cut, name = key.partition("/")
+    return (namespace, name) if cut else ("", key)
+
+
 def _generation(value: object) -> int | None:
     # what msgspec's typed decode of an ``int | None`` admits, and not negative
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:

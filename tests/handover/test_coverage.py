@@ -40,6 +40,8 @@ def test_no_known_floor_or_a_zero_floor_leaves_nothing_to_cover() -> None:
     assert uncovered_streams({"": 500}, 0) == {}
     # A stream the floor does not name (and no "" entry): nothing was counted there to replay.
     assert uncovered_streams({"team-a": 500}, {"team-b": 10}) == {}
+    # Nor a pods stream no leader published (no pod failure counted: its floor is 0).
+    assert uncovered_streams({"": 150, "pods/": 157}, {"": 170}) == {}
 
 
 def test_journal_remembers_from_its_first_list_only() -> None:
@@ -64,3 +66,21 @@ def test_a_full_journal_raises_the_stream_of_what_it_drops() -> None:
     assert journal.overflowed == 2
     # Replaying above a floor of 11 needs rv 12 of team-b, which is gone: that stream is not covered.
     assert uncovered_streams(journal.remembered_from, {"team-a": 11, "team-b": 11}) == {"team-b": (12, 11)}
+
+
+def test_a_stream_not_listed_yet_covers_no_floor_above_zero() -> None:
+    # The pods watch lists after the TrainJobs, maybe after this replica leads (app/replica/service.py).
+    assert uncovered_streams({"": 50}, {"": 100, "pods/": 90}, {"pods/"}) == {"pods/": (None, 90)}
+    # No leader counted a pod failure (no pods floor: 0), or the floor is unknown: nothing to replay.
+    assert uncovered_streams({"": 50}, {"": 100}, {"pods/"}) == {}
+    assert uncovered_streams({"": 50}, None, {"pods/"}) == {}
+
+
+def test_an_expected_stream_is_unlisted_until_its_first_list() -> None:
+    journal = CountJournal(RecordingSink(), journal_size=10, stream_of=_by_namespace)
+    journal.expect("pods/")
+    assert journal.unlisted == {"pods/"} and journal.remembered_from == {}
+    journal.remember_from("pods/", 70)
+    assert journal.unlisted == set() and journal.remembered_from == {"pods/": 70}
+    journal.expect("pods/")  # listed already: stays listed
+    assert journal.unlisted == set()

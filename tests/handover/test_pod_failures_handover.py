@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.handover.handover import HandOver, HandOverConfig
 from app.handover.streams import floor_of, pod_stream, stream_namespace, stream_of
 from app.handover.watermarks import WATERMARK_ANNOTATION, parse_watermarks
-from app.kube.client import KubeClient
+from app.kube.client import ApiError, KubeClient
 from app.kube.lease import LeaseRecord
 from app.metrics.trainer_metrics import TrainerMetricState
 from app.trainer import rules
@@ -291,6 +291,39 @@ async def test_a_successor_whose_first_pods_list_shows_failures_above_the_floor_
     assert [q["resourceVersion"] for q in api.asked] == ["18"]
     assert pod_failures_seen(c) == 1, "c counts p, not Failed at the floor; r was, q failed below it"
     assert pod_failures_seen(a, c) == 3
+
+
+class ExpiredWhilePausing:
+    """The pods at the floor cannot be read (410: the revision was compacted away), and the leader's graceful
+    stop pauses its counting while the read is out."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self.asked = 0
+
+    async def request_json(self, method: str, path: str, *, query: dict[str, str], timeout: float) -> Any:
+        self.asked += 1
+        self.replica.journal.pause_counting()
+        raise ApiError(410, "Expired", "The resourceVersion for the provided list is too old.")
+
+
+async def test_a_paused_leader_settles_nothing_and_reads_nothing_more() -> None:
+    """A leader whose held failures could not be read at the floor, paused by a graceful stop meanwhile, can
+    settle none of them (a paused journal counts nothing; they stay held for the next leader). The chaos soak
+    saw the settler ask again at once, 762 LISTs and as many log lines in 2.5 s: it stops instead."""
+    clock = Clock()
+    c = Replica("c", clock)
+    api = ExpiredWhilePausing(c)
+    c.handover.settler._client = lambda: cast(KubeClient, api)
+    c.failures.on_added(pod("p", 25, phase="Failed"), initial=True)
+    c.lead(LeaseRecord("a", 15, None, None, 0, {WATERMARK_ANNOTATION: '{"":10,"pods/":18}'}, "1"))
+    assert c.journal.uncertain == 1
+    task = c.handover.settler._task
+    assert task is not None
+    await eventually(task.done, timeout=5, what="the settler stopped while paused")
+    assert api.asked == 1 and c.journal.uncertain == 1
+    scrape_until_seen(clock, c)
+    assert pod_failures_seen(c) == 0
 
 
 def test_a_first_lists_failures_are_never_counted_without_a_published_pods_watermark() -> None:

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from app.handover.watermarks import WATERMARK_ANNOTATION
+from app.kube.lease import LeaseRecord
 from app.replica import pods as replica_pods
 from app.trainer.kinds import TRAINJOBS
 from kubesim.apiserver.core import PODS
@@ -221,6 +223,75 @@ async def test_forbidden_pods_leave_everything_else_working(
 
         await eventually(watching, timeout=15, what="the pod series once pods are allowed")
         assert any("may be listed now" in rec.getMessage() for rec in caplog.records)
+
+
+async def test_the_pods_are_listed_after_the_trainjobs(sim: SimulatedCluster, kubeconfig: Path) -> None:
+    """client-go's WaitForCacheSync before a dependent informer: the pods watch lists once the TrainJobs are
+    cached, so a pod already Failed in its first list finds its TrainJob (a failure it cannot join is never
+    counted, app/trainer/pod_failures.py) and each pod shares its TrainJob's key string."""
+    sim.store.create(TRAINJOBS, NS, trainjob_manifest("llama"))
+    create_pod(sim, "llama-node-0-0", node="gpu-1", phase="Failed")
+    create_pod(sim, "llama-node-0-1", node="gpu-2")
+    sim.faults.stall_requests(resource=TRAINJOBS.plural, watch=False)  # the TrainJobs' LIST hangs
+    async with replica(kubeconfig, "pods-after", leader_election=False) as r:
+        await eventually(
+            lambda: all(i.synced for i in r.service._runtime_informers), timeout=15, what="runtimes"
+        )
+        (watch,) = r.service.pods.pod_watches
+        assert watch.informer is None and r.service.journal.unlisted == {"pods/"}
+        sim.faults.release_requests()
+        await eventually(lambda: not r.service.journal.unlisted, timeout=15, what="the pods listed")
+        assert watch.informer is not None and r.service.pods.failures.unjoined == 0
+        (job_key,) = {pod.trainjob_key for _, pod in watch.informer.items()}
+        cached = r.service.pods.trainjobs.get(NS, "llama")
+        assert cached is not None and job_key is cached.key
+
+
+def lease_with_watermarks(watermarks: str) -> LeaseRecord:
+    """An expired Lease of a leader that published ``watermarks`` (the hand-over floor)."""
+    return LeaseRecord(
+        holder_identity="gone",
+        lease_duration_seconds=1,
+        acquire_time=None,
+        renew_time=None,
+        lease_transitions=3,
+        annotations={WATERMARK_ANNOTATION: watermarks},
+        resource_version="1",
+    )
+
+
+async def test_a_replica_covers_no_pods_floor_before_its_pods_watch_listed(
+    sim: SimulatedCluster, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pods watch lists after the TrainJobs and leading does not wait for it (app/replica/service.py).
+    Until it has listed, the replica remembers no pod failure, so it covers no pods floor: a replica that
+    does takes a dead leader's Lease first (app/handover/coverage.py), as for a journal that starts above
+    the floor. The chaos soak lost failures that way: a replica whose pods list came after them led at
+    once, and pods a JobSet restart had deleted were in no list it could read."""
+    monkeypatch.setattr(replica_pods, "RECHECK_INTERVAL", 0.2)
+    sim.faults.deny("pods")
+    sim.store.create(TRAINJOBS, NS, trainjob_manifest("llama"))
+    create_pod(sim, "llama-node-0-0", node="gpu-1")
+    async with replica(kubeconfig, "pods-cover", retry_period_seconds=0.4) as r:
+        await eventually(lambda: "" in r.service.journal.remembered_from, timeout=15, what="synced")
+        assert r.service.journal.unlisted == {"pods/"}
+        covered_trainjobs = r.service.journal.remembered_from[""]
+        # A floor on the TrainJob stream only (no leader counted a pod failure): covered.
+        assert r.service.takeover_delay(lease_with_watermarks(f'{{"":{covered_trainjobs}}}')) == 0.0
+        with_pods = lease_with_watermarks(f'{{"":{covered_trainjobs},"pods/":{covered_trainjobs}}}')
+        assert r.service.takeover_delay(with_pods) == pytest.approx(3 * 0.4)
+
+        sim.faults.allow("pods")
+        await eventually(lambda: not r.service.journal.unlisted, timeout=15, what="the pods listed")
+        listed = r.service.journal.remembered_from["pods/"]
+        assert listed >= covered_trainjobs  # its first pods list came after the TrainJobs'
+        assert (
+            r.service.takeover_delay(lease_with_watermarks(f'{{"":{covered_trainjobs},"pods/":{listed}}}'))
+            == 0.0
+        )
+        # ... and a pods floor below its first pods list stays uncovered, as any stream's.
+        below = lease_with_watermarks(f'{{"":{covered_trainjobs},"pods/":{listed - 1}}}')
+        assert r.service.takeover_delay(below) == pytest.approx(3 * 0.4)
 
 
 async def test_pod_series_off_adds_no_watch(sim: SimulatedCluster, kubeconfig: Path) -> None:

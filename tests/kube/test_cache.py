@@ -86,6 +86,23 @@ def test_on_relist_brackets_the_diff_but_not_the_initial_list() -> None:
     assert r.calls[1:] == [("relist", 5), ("added", "ns/d", "8", False), ("relist", None)]
 
 
+def test_on_synced_follows_the_initial_list_only_with_its_resource_version() -> None:
+    cache, r, c = make()
+    r.on_synced = lambda rv: r.calls.append(("synced", rv))  # type: ignore[attr-defined]
+    cache.replace(items(thing("a", 1)), set(), initial=True, since=0, list_rv="40")
+    assert r.calls == [("added", "ns/a", "1", True), ("synced", "40")]
+    cache.replace(items(thing("a", 1), thing("d", 8)), set(), initial=False, since=40, list_rv="50")
+    assert ("synced", "50") not in r.calls
+
+    def broken(rv: str) -> None:
+        raise RuntimeError(rv)
+
+    cache, r, c = make()
+    r.on_synced = broken  # type: ignore[attr-defined]
+    cache.replace(items(thing("a", 1)), set(), initial=True, since=0, list_rv="40")
+    assert c.skipped["handler_error"] == 1 and "ns/a" in cache.store
+
+
 def test_handler_exceptions_are_counted_not_raised() -> None:
     cache, r, c = make()
     r.fail_on.add("ns/a")

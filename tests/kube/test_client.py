@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import gc
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -147,6 +148,23 @@ async def test_request_json_sends_auth_query_and_body(server: Server, kube: Kube
     )
     assert headers["Authorization"] == "Bearer secret-0"
     assert headers["Content-Type"] == "application/json"
+
+
+async def test_no_response_body_outlives_its_request(server: Server, kube: KubeClient) -> None:
+    """kubernetes-asyncio's ApiClient keeps the last response it returned (``last_response``), body and all:
+    a LIST page of pods is MBs, held until the next request. The client drops it."""
+    page = {"items": [{"metadata": {"name": f"p{i}"}} for i in range(20_000)]}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(page)
+
+    server.handler = handler
+    assert (await kube.request_json("GET", "/api/v1/pods", timeout=5))["items"][-1] == page["items"][-1]
+    held = [
+        o for o in gc.get_objects() if isinstance(o, aiohttp.ClientResponse) and o._body is not None
+    ]  # what an ApiClient's last_response kept alive
+    assert not held
+    assert kube._api.last_response is None
 
 
 async def test_request_json_merge_patch_content_type(server: Server, kube: KubeClient) -> None:

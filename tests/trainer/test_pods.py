@@ -22,6 +22,7 @@ from app.kube.cache import same_uid
 from app.kube.decode import WatchEvent
 from app.trainer import rules
 from app.trainer.pods import IMPLAUSIBLE, MALFORMED, PodProjector
+from tests.trainer.manifests import trainjob
 
 PROJECTOR = PodProjector()
 
@@ -73,11 +74,15 @@ def pod(
     }
 
 
-def typed(obj: dict[str, Any]) -> Any:
-    """The typed path: msgspec straight into the wire struct, as the informer decodes a watch line."""
+def typed_wire(obj: dict[str, Any]) -> Any:
+    """The typed path's wire struct: msgspec straight into it, as the informer decodes a watch line."""
     line = msgspec.json.encode({"type": "ADDED", "object": obj})
-    event = msgspec.json.decode(line, type=WatchEvent[PROJECTOR.wire_type])
-    return PROJECTOR.from_wire(event.object)
+    return msgspec.json.decode(line, type=WatchEvent[PROJECTOR.wire_type]).object
+
+
+def typed(obj: dict[str, Any]) -> Any:
+    """The typed path's projection."""
+    return PROJECTOR.from_wire(typed_wire(obj))
 
 
 def both(obj: dict[str, Any]) -> Any:
@@ -104,6 +109,22 @@ def test_projection_keeps_the_jobset_labels_node_and_phase() -> None:
     assert p.devices == (("nvidia.com/gpu", 8),)
     assert p.created == 1748772005.0
     assert not p.malformed
+
+
+def test_a_pod_shares_its_cached_trainjobs_key_string_else_its_jobs_other_pods() -> None:
+    """``trainjob_key`` is the key of the TrainJob the jobset-name label names: the cached TrainJob's own
+    string when there is one (no string a job), else one interned string for all the job's pods; without
+    the label, "namespace/" (the pods of no JobSet in a namespace go together)."""
+    llama = trainjob("llama", {"runtimeRef": {"name": "torch-distributed"}})
+    with_jobs = PodProjector(jobs=lambda ns, name: llama if (ns, name) == ("team-a", "llama") else None)
+    for project in (with_jobs.from_json, lambda obj: with_jobs.from_wire(typed_wire(obj))):
+        p = project(pod())
+        assert p is not None and p.trainjob_key == "team-a/llama" and p.trainjob_key is llama.key
+    first, second = (both(pod(name=n, jobset="gpt")) for n in ("gpt-node-0-0-a", "gpt-node-0-1-b"))
+    assert first.trainjob_key == "team-a/gpt" and first.trainjob_key is second.trainjob_key
+    assert (first.jobset, first.namespace) == ("gpt", "team-a")
+    no_label = both(pod(jobset=None))
+    assert (no_label.trainjob_key, no_label.jobset, no_label.namespace) == ("team-a/", "", "team-a")
 
 
 def test_only_a_failed_pod_keeps_its_uid_and_resource_version() -> None:

@@ -34,6 +34,7 @@ STREAMS = ("", POD_STREAM)  # the TrainJob stream and the pods stream of one wat
 
 if TYPE_CHECKING:
     from tests.chaos.soak.runner import Soak
+    from tests.chaos.soak.visibility import Visibility
 
 
 def build_report(
@@ -65,9 +66,12 @@ def build_report(
     doubles, handovers, allowance = terms.doubles, terms.handovers, terms.allowance
     # An at-risk failure the next leader found Failed in its first list without its TrainJob cached: not
     # counted by it (app/trainer/pod_failures.py); the old leader's count no scrape showed is the only one.
+    # So is one whose pod was gone before the next leader's first pods list ("uncovered").
     for suspect in terms.not_recounted:
         uid = suspect["uid"]
-        if suspect["class"] == "unjoined" and not soak.visibility.pod_seen.get(uid, (set(), set()))[1]:
+        if suspect["class"] == "uncovered" or (
+            suspect["class"] == "unjoined" and not soak.visibility.pod_seen.get(uid, (set(), set()))[1]
+        ):
             edges = soak.visibility.pod_edges.get(uid)
             for name, key in edges[1] if edges is not None else ():
                 truth[name][key] = truth[name].get(key, 0) - 1
@@ -218,7 +222,10 @@ def _suspect_class(soak: Soak, prev: Term, term: Term, edge: tuple[int, str, str
     """Why an at-risk edge of ``prev`` was not counted again by ``term``: "shown" when a served render of
     ``prev`` showed its count (PromQL has it); "unjoined" for a pod's failure ``term`` saw without its
     TrainJob cached (app/trainer/pod_failures.py: not counted by it, as the truth allows, ``unjoined``);
-    else "lost" (PromQL never sees it): unexplained."""
+    "uncovered" for a pod's failure whose pod was deleted before ``term``'s first pods list, which came
+    after the failure: a successor whose journal starts above the floor, with nothing that could show it
+    the failure (docs/leadership.md, "The same window on the pods stream"); else "lost" (PromQL never sees
+    it): unexplained."""
     rv, kind, uid, since = edge
     if prev.was_shown(rv, since, stream):
         return "shown"
@@ -228,7 +235,18 @@ def _suspect_class(soak: Soak, prev: Term, term: Term, edge: tuple[int, str, str
         or term.identity in visibility.listed_unjoined.get(uid, set())
     ):
         return "unjoined"
+    if kind == "pod_failed" and _gone_before_first_list(visibility, term.identity, uid, rv):
+        return "uncovered"
     return "lost"
+
+
+def _gone_before_first_list(visibility: Visibility, identity: str, uid: str, rv: int) -> bool:
+    """``identity``'s first pods list came after a failure at ``rv`` and did not hold the pod (Failed is
+    terminal: had it been there, it would have been Failed), so it was deleted before: that replica could
+    never see the failure, live or listed."""
+    firsts = [s.initial_rv for s in visibility.spans if s.identity == identity and s.stream == POD_STREAM]
+    first = next((r for r in firsts if r is not None), None)
+    return first is not None and rv < first and identity not in visibility.listed.get(uid, set())
 
 
 def hand_overs(soak: Soak, ordered: list[Term]) -> HandOvers:

@@ -79,6 +79,9 @@ class Visibility:
         self.pod_seen: dict[str, tuple[set[str], set[str]]] = {}
         # pod uid -> replicas whose first list had it Failed while its TrainJob was not cached
         self.listed_unjoined: dict[str, set[str]] = {}
+        # Failed pods found in a replica's first pods list, with or without their TrainJob: uid -> identities
+        # (a successor that did not find an at-risk failure there never could: "uncovered", report.py).
+        self.listed: dict[str, set[str]] = {}
         self.dropped_visible = 0
 
     def attach_truth(self, truth: Any) -> None:
@@ -146,6 +149,7 @@ class Visibility:
         matters only if that replica takes over from a floor below it, ``listed_unjoined``)."""
         uid = str(record["pod"])
         if record.get("listed"):
+            self.listed.setdefault(uid, set()).add(identity)
             if not record["joined"]:
                 self.listed_unjoined.setdefault(uid, set()).add(identity)
             return
