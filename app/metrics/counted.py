@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, NamedTuple, TypeVar, get_args
 
 from app.trainer.events import CountableEvent, JobAdmitted, JobCreated, JobFinished, JobStarted, PodFailed
+from app.trainer.projection_types import uid_text
 
 __all__ = [
     "ACCELERATOR_BUCKETS",
@@ -253,7 +254,7 @@ def _pod_failed(event: PodFailed) -> list[Increment]:
 
 
 def _pod_of(event: PodFailed) -> str:
-    return event.pod_uid
+    return uid_text(event.pod_uid)
 
 
 EDGES: tuple[CountedEdge[Any], ...] = (

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+import msgspec
+
 from app.trainer import rules
 from app.trainer.pods import PodProjection, shared
 from app.trainer.projection_types import TrainJobProjection
@@ -111,19 +113,17 @@ def add_sums(sums: DeviceSums, label: str, delta: int) -> DeviceSums:
     return (*sums, (label, delta)) if delta > 0 else sums
 
 
-class JobPods:
-    """The pods of one namespace and JobSet name, and what the joined ones add up to."""
+class JobPods(msgspec.Struct, gc=False):
+    """The pods of one namespace and JobSet name, and what the joined ones add up to. Untracked by the
+    cyclic GC (16 B a job less), as the projections it holds: it is in no reference cycle."""
 
-    __slots__ = ("at_attempt", "attempt", "devices", "key", "pods", "shown")
-
-    def __init__(self, key: JobKey) -> None:
-        self.key = key  # its TrainJob's key: the one string its pods and its series' entries share
-        # In the order they came (replaced in place): a tuple up to SMALL_JOB pods, then a dict by key.
-        self.pods: tuple[PodProjection, ...] | dict[str, PodProjection] = ()
-        self.devices: DeviceSums = ()  # the joined pods' devices per accelerator_class label (shared)
-        self.attempt: int | None = None  # the largest restart attempt of the joined pods
-        self.at_attempt = 0  # joined pods with that attempt
-        self.shown = 0  # its pods with an info series shown
+    key: JobKey  # its TrainJob's key: the one string its pods and its series' entries share
+    # In the order they came (replaced in place): a tuple up to SMALL_JOB pods, then a dict by key.
+    pods: tuple[PodProjection, ...] | dict[str, PodProjection] = ()
+    devices: DeviceSums = ()  # the joined pods' devices per accelerator_class label (shared)
+    attempt: int | None = None  # the largest restart attempt of the joined pods
+    at_attempt: int = 0  # joined pods with that attempt
+    shown: int = 0  # its pods with an info series shown
 
     def __len__(self) -> int:
         return len(self.pods)

@@ -121,7 +121,7 @@ class PodFailed(msgspec.Struct, frozen=True, gc=False):
 
     rv: int  # resourceVersion of the pod state the failure was seen on
     uid: str  # the TrainJob's
-    pod_uid: str
+    pod_uid: bytes | str  # as the pod's projection stores it (``compact_uid``: the same object, no copy)
     namespace: str
     runtime_ref: str  # the TrainJob's runtime_ref label
     reason: str  # rules.pod_failure_reason, capped

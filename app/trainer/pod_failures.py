@@ -70,9 +70,11 @@ class PodFailures:
         self._on_limit = on_limit
         self._wall_clock = wall_clock
         self._jobs = jobs
-        self._failed: set[str] = set()  # uids of the cached pods seen Failed (counted or not)
-        self._tombs: deque[str] = deque()
-        self._tomb_set: set[str] = set()
+        # uids of the cached pods seen Failed (counted or not), as their projections store them (``uid_key``:
+        # the object the projection holds, no second string a failed pod)
+        self._failed: set[bytes | str] = set()
+        self._tombs: deque[bytes | str] = deque()
+        self._tomb_set: set[bytes | str] = set()
         self._since = 0  # during a relist diff: the rv the pods informer held before its gap
         self.counted = 0  # failures sent to the sink
         self.unjoined = 0  # failures of pods of no cached TrainJob (not counted)
@@ -90,19 +92,22 @@ class PodFailures:
         if initial:
             # Failed before this replica watched: an edge only to a take-over whose pods floor lies below
             # it, which settles it from the pods listed at the floor (PodFailed.listed).
-            if obj.uid not in self._tomb_set:
-                self._failed.add(obj.uid)
+            uid = obj.uid_key
+            if uid is not None and uid not in self._tomb_set:
+                self._failed.add(uid)
                 self._emit(obj, listed=True)
             return
         self._failure(obj)
 
     def on_updated(self, old: PodProjection, new: PodProjection) -> None:
-        if new.phase == rules.FAILED_PHASE and not (old.phase == rules.FAILED_PHASE and old.uid == new.uid):
+        if new.phase == rules.FAILED_PHASE and not (
+            old.phase == rules.FAILED_PHASE and old.uid_key == new.uid_key
+        ):
             self._failure(new)
 
     def on_deleted(self, last: PodProjection) -> None:
-        uid = last.uid
-        if uid in self._failed:
+        uid = last.uid_key
+        if uid is not None and uid in self._failed:
             self._failed.discard(uid)
             if uid not in self._tomb_set:
                 if len(self._tombs) >= MAX_TOMBS:
@@ -122,8 +127,8 @@ class PodFailures:
         return len(self._failed)
 
     def _failure(self, pod: PodProjection) -> None:
-        uid = pod.uid
-        if uid in self._failed or uid in self._tomb_set:
+        uid = pod.uid_key
+        if uid is None or uid in self._failed or uid in self._tomb_set:
             return
         self._failed.add(uid)
         self._emit(pod, listed=False)
@@ -150,8 +155,8 @@ class PodFailures:
             PodFailed(
                 rv=rv_int(pod.resource_version),
                 uid=job.uid,
-                pod_uid=pod.uid,
-                namespace=pod.namespace,
+                pod_uid=pod.uid_key or "",
+                namespace=job.namespace,  # the pod's (stored, not cut from its key again)
                 runtime_ref=self._runtime_label(job.runtime_ref),
                 reason=self._reason(pod),
                 since=self._since,

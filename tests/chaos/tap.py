@@ -41,6 +41,7 @@ from app.handover.streams import POD_STREAM_PREFIX
 from app.metrics.counted import edge_of
 from app.replica.service import Service
 from app.trainer.events import CountableEvent, PodFailed
+from app.trainer.projection_types import uid_text
 from tests.support.promql_visible import event_increments
 
 Record = dict[str, Any]
@@ -105,7 +106,7 @@ def install_tap(service: Service, emit: Emit) -> None:
                 "rv": event.rv,
                 "since": event.since,  # a relist found it: the rv its informer held before the gap
                 "stream": stream_of(event),
-                "subject": event.pod_uid if type(event) is PodFailed else "",
+                "subject": uid_text(event.pod_uid) if type(event) is PodFailed else "",
                 "inc": [
                     [name, list(key), amount]
                     for name, key, amount in event_increments(event)
@@ -182,7 +183,7 @@ def attach_informers(service: Service, emit: Emit) -> None:
         emit({**out, "listed": True} if listed else out)
 
     def seen(pod: Any, orig: Any = failures._failure) -> None:
-        new = pod.uid not in failures._failed and pod.uid not in failures._tomb_set
+        new = pod.uid_key not in failures._failed and pod.uid_key not in failures._tomb_set
         unjoined = failures.unjoined
         orig(pod)
         if new:
