@@ -118,18 +118,22 @@ class JobPods(msgspec.Struct, gc=False):
     cyclic GC (16 B a job less), as the projections it holds: it is in no reference cycle."""
 
     key: JobKey  # its TrainJob's key: the one string its pods and its series' entries share
-    # In the order they came (replaced in place): a tuple up to SMALL_JOB pods, then a dict by key.
-    pods: tuple[PodProjection, ...] | dict[str, PodProjection] = ()
+    # In the order they came (replaced in place): a single pod itself (no tuple: 48 B a one-pod job less),
+    # a tuple up to SMALL_JOB pods, then a dict by key.
+    pods: PodProjection | tuple[PodProjection, ...] | dict[str, PodProjection] = ()
     devices: DeviceSums = ()  # the joined pods' devices per accelerator_class label (shared)
     attempt: int | None = None  # the largest restart attempt of the joined pods
     at_attempt: int = 0  # joined pods with that attempt
     shown: int = 0  # its pods with an info series shown
 
     def __len__(self) -> int:
-        return len(self.pods)
+        pods = self.pods
+        return 1 if isinstance(pods, PodProjection) else len(pods)
 
     def all(self) -> Iterable[PodProjection]:
         pods = self.pods
+        if isinstance(pods, PodProjection):
+            return (pods,)
         return pods.values() if isinstance(pods, dict) else pods
 
     def put(self, pod: PodProjection) -> PodProjection | None:
@@ -139,6 +143,15 @@ class JobPods(msgspec.Struct, gc=False):
             previous = pods.get(key)
             pods[key] = pod
             return previous
+        if isinstance(pods, PodProjection):
+            if pods.key == key:
+                self.pods = pod
+                return pods
+            self.pods = (pods, pod)
+            return None
+        if not pods:
+            self.pods = pod
+            return None
         for i, old in enumerate(pods):
             if old.key == key:
                 self.pods = (*pods[:i], pod, *pods[i + 1 :])
@@ -154,8 +167,14 @@ class JobPods(msgspec.Struct, gc=False):
         pods = self.pods
         if isinstance(pods, dict):
             return pods.pop(key, None)
+        if isinstance(pods, PodProjection):
+            if pods.key != key:
+                return None
+            self.pods = ()
+            return pods
         for i, old in enumerate(pods):
             if old.key == key:
-                self.pods = pods[:i] + pods[i + 1 :]
+                rest = pods[:i] + pods[i + 1 :]
+                self.pods = rest[0] if len(rest) == 1 else rest
                 return old
         return None

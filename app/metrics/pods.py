@@ -294,7 +294,7 @@ class PodSeries:
             return
         job = pod_trainjob(self._jobs, *split_key(job_key))
         changed = self._apply(key, contribution(previous, job), NOTHING, record=record, job=job)
-        if not record.pods:
+        if not len(record):
             del self._by_job[job_key]
         if changed:
             self._changed()
