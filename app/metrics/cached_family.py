@@ -10,7 +10,7 @@ set and the hold.
 
 Without chunks (``keep_chunks=False``): for series that change rarely (the pod series: a pod binds, ends,
 goes), so that their text is kept once (in the block's join), not twice (also as each series' chunk).
-The block dicts keep only the keys, in order (the shared ``b""``), and a flush re-renders whole blocks of
+A block keeps only its series' keys, in order, in a list, and a flush re-renders whole blocks of
 ``block_series`` series for the few that changed. No hold nor exemplars: both live in per-series chunks.
 
 Its own module because the three family kinds (app/metrics/family_kinds.py) and app/metrics/per_job.py's
@@ -68,16 +68,18 @@ class _Block(Generic[Key]):
     Size: with chunks a block holds each of its series' chunks once per slot and their join once per
     slot, so a family costs about twice its rendered bodies in every slot a scrape asked for, and ~200
     bytes of dict entry per series and slot; without (``keep_chunks=False``) only the joins, once, and
-    one dict entry per series, which every slot shares (it holds nothing per slot). Sparse blocks are
+    its series in a list (8 B each, a dict entry is ~40), which every slot shares. Sparse blocks are
     merged (``Family._merge_sparse``), so a family of ``n`` series has at most ``2 n / block_series + 1``
     blocks whatever the order its series ended in."""
 
-    __slots__ = ("bodies", "chunks")
+    __slots__ = ("bodies", "chunks", "keys")
 
     def __init__(self, slots: int, keep_chunks: bool) -> None:
-        # Every slot's dict holds every series of the block, in the same order (b"" until rendered, and
-        # always without chunks: then one dict is every slot's).
-        self.chunks: list[dict[Key, bytes]] = [{} for _ in range(slots)] if keep_chunks else [{}] * slots
+        # With chunks, every slot's dict holds every series of the block, in the same order (b"" until
+        # rendered); without, none.
+        self.chunks: list[dict[Key, bytes]] = [{} for _ in range(slots)] if keep_chunks else []
+        # The block's series in order: the first slot's dict, or without chunks a list of their keys.
+        self.keys: dict[Key, bytes] | list[Key] = self.chunks[0] if keep_chunks else []
         self.bodies: list[Part | None] = [None] * slots
 
 
@@ -223,9 +225,12 @@ class Family(Generic[Key]):
 
     def _add_series(self, key: Key) -> None:
         blocks = self._blocks
-        if not blocks or len(blocks[-1].chunks[0]) >= self._block_series:
+        if not blocks or len(blocks[-1].keys) >= self._block_series:
             blocks.append(_Block(len(self._renderers), self._keep_chunks))
         block = blocks[-1]
+        keys = block.keys
+        if isinstance(keys, list):
+            keys.append(key)
         for chunks in block.chunks:
             chunks[key] = b""  # placeholder holding the key's position; rendered at the next flush
         self._block_of[key] = block
@@ -243,12 +248,15 @@ class Family(Generic[Key]):
         if self._pb_labels_cache is not None:
             self._pb_labels_cache.pop(key, None)
         block = self._block_of.pop(key)
-        for slot, chunks in enumerate(block.chunks):
-            chunks.pop(key, None)  # without chunks, one dict is every slot's
-            block.bodies[slot] = None
-        if not block.chunks[0]:
+        keys = block.keys
+        if isinstance(keys, list):
+            keys.remove(key)  # O(block_series)
+        for chunks in block.chunks:
+            chunks.pop(key, None)
+        block.bodies = [None] * len(block.bodies)
+        if not keys:
             self._blocks.remove(block)  # O(blocks), only when a block empties
-        elif 2 * len(block.chunks[0]) <= self._block_series:
+        elif 2 * len(keys) <= self._block_series:
             self._merge_sparse(block)
         self._dirty.discard(key)
         self.changed = True
@@ -264,18 +272,21 @@ class Family(Generic[Key]):
         O(blocks) to find the neighbour, only when a drop leaves a block half empty."""
         blocks = self._blocks
         i = blocks.index(block)
-        size = len(block.chunks[0])
-        if i + 1 < len(blocks) and size + len(blocks[i + 1].chunks[0]) <= self._block_series:
+        size = len(block.keys)
+        if i + 1 < len(blocks) and size + len(blocks[i + 1].keys) <= self._block_series:
             first, second = block, blocks[i + 1]
-        elif i > 0 and size + len(blocks[i - 1].chunks[0]) <= self._block_series:
+        elif i > 0 and size + len(blocks[i - 1].keys) <= self._block_series:
             first, second = blocks[i - 1], block
         else:
             return
         block_of = self._block_of
+        keys = first.keys
+        if isinstance(keys, list):
+            keys.extend(second.keys)
         for slot, chunks in enumerate(first.chunks):
             chunks.update(second.chunks[slot])
-            first.bodies[slot] = None
-        for key in second.chunks[0]:
+        first.bodies = [None] * len(first.bodies)
+        for key in second.keys:
             block_of[key] = first
         blocks.remove(second)
 
@@ -396,7 +407,7 @@ class Family(Generic[Key]):
         compressed, when so built)."""
         if self._keep_chunks:
             return b"".join(block.chunks[slot].values())
-        text = b"".join(map(self._renderers[slot][0], block.chunks[slot]))
+        text = b"".join(map(self._renderers[slot][0], block.keys))
         return DeflatedPart(text) if self._compressed else text
 
     def bodies(self, fmt: Format = Format.TEXT) -> list[Part]:

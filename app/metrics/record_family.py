@@ -75,7 +75,7 @@ class RecordFamily(Family[str]):
         return {
             labels: value
             for block in self._blocks
-            for job in block.chunks[0]
+            for job in block.keys
             for labels, value in self._samples(job)
         }
 

@@ -60,9 +60,9 @@ def assert_renders(chunked: ValueGaugeFamily, chunkless: ValueGaugeFamily, fmt: 
 
 def assert_same(chunked: ValueGaugeFamily, chunkless: ValueGaugeFamily) -> None:
     """Same series in the same blocks (merges included), whatever has been rendered."""
-    assert [list(b.chunks[0]) for b in chunkless._blocks] == [list(b.chunks[0]) for b in chunked._blocks]
+    assert [list(b.keys) for b in chunkless._blocks] == [list(b.keys) for b in chunked._blocks]
     assert list(chunkless.values) == list(chunked.values)
-    assert all(chunkless._block_of[k] is b for b in chunkless._blocks for k in b.chunks[0])
+    assert all(chunkless._block_of[k] is b for b in chunkless._blocks for k in b.keys)
 
 
 def apply(family: ValueGaugeFamily, op: tuple[str, int, int]) -> None:
@@ -134,8 +134,8 @@ def test_without_chunks_no_series_text_is_kept() -> None:
     for fmt in Format:
         assert family.bodies(fmt)
     assert len(family._blocks) > 1
-    kept = [chunk for block in family._blocks for chunks in block.chunks for chunk in chunks.values()]
-    assert len(kept) == 2 * len(family) and not any(kept)  # every key, in both slots, and only b""
+    assert not any(block.chunks for block in family._blocks)  # no chunk, not even b""
+    assert sum(len(block.keys) for block in family._blocks) == len(family)  # only each series' key
     assert all(body for block in family._blocks for body in block.bodies)  # the joins are all it keeps
 
 
