@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from app.handover.streams import floor_of
+from app.handover.streams import floor_of, is_pod_stream
 
 __all__ = ["uncovered_streams"]
 
@@ -38,10 +38,17 @@ def uncovered_streams(
     gaps: dict[str, tuple[int | None, int]] = {}
     for stream, start in remembered_from.items():
         limit = floor_of(floor, stream)
-        if limit and start > limit:  # None: nothing known; 0: nothing counted there, nothing to replay
+        if limit is not None and start > limit and not _no_pod_failure_counted(floor, stream):
             gaps[stream] = (start, limit)
     for stream in unlisted:
         limit = floor_of(floor, stream)
-        if limit:
+        if limit is not None and not _no_pod_failure_counted(floor, stream):
             gaps[stream] = (None, limit)
     return gaps
+
+
+def _no_pod_failure_counted(floor: Mapping[str, int], stream: str) -> bool:
+    """``stream`` is a pods stream and the floor names none: no leader counted a pod failure, so there is
+    nothing to replay (its floor is 0 by app/handover/streams.py ``floor_of``). A published 0 is not that:
+    a leader whose counts no scrape showed yet publishes 0, and what it counted above is to be replayed."""
+    return is_pod_stream(stream) and not any(is_pod_stream(name) for name in floor)

@@ -42,6 +42,9 @@ def test_no_known_floor_or_a_zero_floor_leaves_nothing_to_cover() -> None:
     assert uncovered_streams({"team-a": 500}, {"team-b": 10}) == {}
     # Nor a pods stream no leader published (no pod failure counted: its floor is 0).
     assert uncovered_streams({"": 150, "pods/": 157}, {"": 170}) == {}
+    # A published 0 is a leader whose counts no scrape showed yet: what lies above it is to be replayed.
+    assert uncovered_streams({"": 120}, {"": 0}) == {"": (120, 0)}
+    assert uncovered_streams({"": 50, "pods/": 120}, {"": 60, "pods/": 0}) == {"pods/": (120, 0)}
 
 
 def test_journal_remembers_from_its_first_list_only() -> None:
@@ -74,6 +77,8 @@ def test_a_stream_not_listed_yet_covers_no_floor_above_zero() -> None:
     # No leader counted a pod failure (no pods floor: 0), or the floor is unknown: nothing to replay.
     assert uncovered_streams({"": 50}, {"": 100}, {"pods/"}) == {}
     assert uncovered_streams({"": 50}, None, {"pods/"}) == {}
+    # A published pods watermark of 0: its leader's unshown failures are to be replayed.
+    assert uncovered_streams({"": 50}, {"": 100, "pods/": 0}, {"pods/"}) == {"pods/": (None, 0)}
 
 
 def test_an_expected_stream_is_unlisted_until_its_first_list() -> None:
