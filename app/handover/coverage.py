@@ -28,10 +28,11 @@ def uncovered_streams(
 
     ``remembered_from``: per watch stream, the rv after which the journal holds every countable event
     (``CountJournal.remembered_from``). ``unlisted``: the streams this replica watches whose first list has
-    not come (``CountJournal.unlisted``): it remembers nothing of them, so a floor above 0 of theirs is
-    uncovered. ``floor``: what ``LeaseWatermarks.takeover_floor`` gives, per stream (a stream it does not
-    name: app/handover/streams.py ``floor_of``) or one int for all; None (unknown: nothing is replayed) and 0
-    (nobody counted anything) leave nothing uncovered. Empty: this replica covers the floor.
+    not come (``CountJournal.unlisted``): it remembers nothing of them, so any floor of theirs is uncovered.
+    ``floor``: what ``LeaseWatermarks.takeover_floor`` gives, per stream (a stream it does not name:
+    app/handover/streams.py ``floor_of``) or one int for all; None (unknown: nothing is replayed), the int 0
+    (nobody counted anything) and the 0 of a pods stream no leader published leave nothing uncovered. A
+    published 0 is a floor like any other (``_no_pod_failure_counted``). Empty: this replica covers the floor.
     """
     if floor is None or isinstance(floor, int):
         return {}

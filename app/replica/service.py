@@ -279,9 +279,7 @@ class Service:
         started between the two would not count as started. Listed after the runtimes, only the jobs whose
         runtime does not exist yet are read that way. The runtime lists are small: start-up waits a round
         trip or two."""
-        # Informers expose a flag, not an event; a short poll until the first sync is cheap.
-        while not self._runtimes_synced():  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+        await _until_synced(self._runtime_informers)
         await informer.run()
 
     async def _run_after_trainjobs(self, watch: PodWatch) -> None:
@@ -289,17 +287,14 @@ class Service:
         informer): its first list then finds each pod's TrainJob cached, so a pod already Failed in it
         counts (app/trainer/pod_failures.py counts no failure it cannot join), it joins at once instead of
         waiting unjoined, and it shares its TrainJob's key string (app/trainer/pods.py)."""
-        while not all(i.synced for i in self._trainjob_informers):  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+        await _until_synced(self._trainjob_informers)
         await watch.run()
 
     def _runtimes_synced(self) -> bool:
         return all(i.synced for i in self._runtime_informers)
 
     async def _lead_when_synced(self) -> None:
-        # Informers expose a flag, not an event; a short poll until the first sync is cheap.
-        while not all(i.synced for i in self.informers):  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+        await _until_synced(self.informers)
         log.info(
             "informers synced",
             extra={"trainjobs": self.trainjob_count(), "runtimes": len(self.state.runtimes())},
@@ -482,3 +477,10 @@ class _Callbacks:
 
     def on_new_leader(self, identity: str | None) -> None:
         pass  # the elector logs it; the service acts only on its own leadership
+
+
+async def _until_synced(informers: list[Informer[Any]]) -> None:
+    """Until every one of ``informers`` has applied its first list. Informers expose a flag, not an event;
+    a short poll until the first sync is cheap."""
+    while not all(i.synced for i in informers):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)

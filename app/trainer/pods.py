@@ -20,7 +20,7 @@ import msgspec
 
 from app.kube.resources import ResourceKind
 from app.trainer import rules
-from app.trainer.field_builders import object_key
+from app.trainer.field_builders import object_key, split_key
 from app.trainer.pod_wire import PodContainer, PodLabels, PodWire
 from app.trainer.projection_types import (
     BAD_NAMESPACE,
@@ -89,8 +89,8 @@ class PodProjection(msgspec.Struct, frozen=True, gc=False):
     # and its join record share one string (~75 B a job) and the join needs no (namespace, name) tuple.
     trainjob_key: str
     # (replicatedjob-name label or "", restart-attempt label or None when absent or not JobSet's integer,
-    # MALFORMED | IMPLAUSIBLE): the same for most pods of a job, so shared (``_shared_traits``): eight slots,
-    # not ten, take the struct a size class down (96 to 80 B).
+    # MALFORMED | IMPLAUSIBLE): the same for most pods of a job, so one tuple per distinct value
+    # (``shared``): with the namespace and the JobSet name derived, eight slots (80 B), not eleven.
     traits: PodTraits
     node: str  # spec.nodeName ("" while unbound)
     phase: str  # status.phase ("Pending" when absent)
@@ -145,23 +145,17 @@ class PodProjection(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def namespace(self) -> str:
-        # Derived rather than stored (a pod's name has no "/"): a slot less takes the struct a size class
-        # down (112 to 96 B).
-        key = self.key
-        cut = key.find("/")
-        return key[:cut] if cut >= 0 else ""
+        # Derived rather than stored, as the name: a slot and a string less per pod.
+        return split_key(self.key)[0]
 
     @property
     def name(self) -> str:
-        # Derived rather than stored: a string (~70 B) less per pod.
-        key = self.key
-        return key[key.find("/") + 1 :]
+        return split_key(self.key)[1]
 
     @property
     def jobset(self) -> str:
         """The jobset-name label: its TrainJob's name ("" when absent)."""
-        key = self.trainjob_key
-        return key[key.find("/") + 1 :]
+        return split_key(self.trainjob_key)[1]
 
     @property
     def holds_node(self) -> bool:
@@ -233,7 +227,11 @@ def _intern(value: object, limit: int | None = None) -> tuple[str, bool]:
     text, bad = _text(value)
     if limit is not None and len(text) > limit:
         text = text[:limit]
-    return sys.intern(text) if len(text) <= 253 else text, bad
+    return _interned(text), bad
+
+
+def _interned(text: str) -> str:
+    return sys.intern(text) if len(text) <= 253 else text
 
 
 def _shared_job_key(text: str, namespace: str, jobset: str, jobs: TrainJobLookup | None) -> str:
@@ -242,7 +240,7 @@ def _shared_job_key(text: str, namespace: str, jobset: str, jobs: TrainJobLookup
         job = jobs(namespace, jobset)
         if job is not None and job.key == text:
             return job.key
-    return sys.intern(text) if len(text) <= 253 else text
+    return _interned(text)
 
 
 # (requests, limits, sidecar) of one container, as found on either path
@@ -327,13 +325,10 @@ def build_pod(
     key = object_key(ns, name)
     trainjob_key = object_key(ns, jobset_name) if jobset_name else (f"{ns}/" if ns else "")
     phase_text = phase_text or rules.PENDING_PHASE
-    if previous is not None:
-        if previous.key == key:
-            key = previous.key
-        if previous.trainjob_key == trainjob_key:
-            trainjob_key = previous.trainjob_key
-        else:
-            trainjob_key = _shared_job_key(trainjob_key, ns, jobset_name, jobs)
+    if previous is not None and previous.key == key:
+        key = previous.key
+    if previous is not None and previous.trainjob_key == trainjob_key:
+        trainjob_key = previous.trainjob_key
     else:
         trainjob_key = _shared_job_key(trainjob_key, ns, jobset_name, jobs)
     failure = None
