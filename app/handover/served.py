@@ -62,7 +62,9 @@ _Item = tuple[str, int]  # (stream, lowest rv it may have happened at) of one co
 class ServedTarget(Protocol):
     """What the ledger needs of the metric state (TrainerMetricState implements it)."""
 
-    def on_countable(self, event: CountableEvent) -> None: ...
+    def count(self, event: CountableEvent) -> SeriesRef | None:
+        """Count ``event``; a series it incremented that is still shown as zeros, or None."""
+        ...
 
     def on_jobs_gauge(self, key: GaugeKey, value: int) -> None: ...
 
@@ -118,14 +120,13 @@ class ServedLedger:
     # --- TrainerSink -------------------------------------------------------------------------------
 
     def on_countable(self, event: CountableEvent) -> None:
-        self._target.on_countable(event)
+        held = self._target.count(event)
         # Tracked at the lowest rv the edge may have happened at: an edge a relist found happened after
         # ``since`` (app/trainer/events.py), and another replica's watch saw it there, not at ``rv``.
         since = event.since
         item = (self._stream_of(event), since + 1 if since else event.rv)
         heapq.heappush(self._heaps.setdefault(item[0], []), item[1])
         self._tracked += 1
-        held = self._target.held_series_of(event)
         if held is None:
             self._unrendered.append(item)
         else:

@@ -1,16 +1,21 @@
 """LoopPriority: latency-sensitive work (answering a request) runs ahead of bulk work (ingesting a watch)
 on the one event loop.
 
-Under a watch firehose the reflector yields every millisecond or so, but with ``sleep(0)`` it is ready
-again at once: a request that needs the loop several times (its task's first step, its handler, the gzip
-thread's hand-back, the write) waits a slice behind ingestion each time, and a worker thread waits up to
-the interpreter's switch interval (5 ms) for the GIL, which the busy loop never releases on its own.
+Under a watch firehose the reflector yields every millisecond or so, but it is ready again at once: a
+request that needs the loop several times (its task's first step, its handler, the gzip thread's hand-back,
+the write) waits a slice behind ingestion each time, and a worker thread waits up to the interpreter's
+switch interval (5 ms) for the GIL, which the busy loop never releases on its own.
+
+A plain yield (``sleep(0)``) would also queue ingestion's next slice ahead of the timers that fell due
+during the last one: asyncio runs what ``call_soon`` queued before it moves due timers to the ready queue,
+so a timer (a Lease renewal, a probe's deadline) waited for two slices, not one. Bulk work therefore
+resumes through a zero-delay timer (``after_due_timers``), behind every timer due before it.
 
 Two signals make bulk work step aside, both checked by the reflector before every line (``wanted``):
 
 * ``nudge()``: the HTTP protocol parsed a request head (``request_arrived``, app/serving/protocol.py).
-  The request's task is queued on the loop already; the reflector's next yield is a plain ``sleep(0)``,
-  so that task runs first, without waiting for the rest of the slice;
+  The request's task is queued on the loop already; the reflector's next yield is a plain one, so that
+  task runs first, without waiting for the rest of the slice;
 * ``urgent()``: a section (a scrape's render) is open. The reflector's yield then waits for it to close
   (the loop is idle meanwhile, so a worker thread gets the GIL at once), for at most ``max_wait`` per
   yield: ingestion keeps at least a slice per ``max_wait``, whatever a flood of requests does.
@@ -21,13 +26,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-__all__ = ["LoopPriority", "request_arrived"]
+__all__ = ["LoopPriority", "after_due_timers", "call_after_due_timers", "request_arrived"]
 
 # Every live LoopPriority: the HTTP protocol cannot know which replica's ingestion shares its loop (tests
 # run several in one loop), and a nudge costs a priority with no ingestion running nothing.
 _PRIORITIES: weakref.WeakSet[LoopPriority] = weakref.WeakSet()
+
+
+def call_after_due_timers(callback: Callable[[], object]) -> None:
+    """Run ``callback`` in the running loop's next turn, behind the timers due by then (a zero-delay
+    timer: ``call_soon`` would run it ahead of them). Bulk work split off a slice (a metrics publish) goes
+    this way, so that it never adds to the slice a due timer is already waiting for."""
+    asyncio.get_running_loop().call_later(0, callback)
+
+
+async def after_due_timers() -> None:
+    """Yield the loop until the timers due now have run (see the module docstring)."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    loop.call_later(0, _release, waiter)
+    await waiter
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # cancelled meanwhile
+        waiter.set_result(None)
 
 
 def request_arrived() -> None:
@@ -74,12 +99,12 @@ class LoopPriority:
                 self.wanted = self._nudged
 
     async def yield_to_urgent(self) -> None:
-        """Bulk work's yield point: ``sleep(0)``, or while an urgent section is open, wait for it."""
+        """Bulk work's yield point: ``after_due_timers``, or while an urgent section is open, wait for it."""
         if self._nudged:
             self._nudged = False
             self.wanted = self._open > 0
         if not self._open:
-            await asyncio.sleep(0)
+            await after_due_timers()
             return
         self.deferred += 1
         with contextlib.suppress(TimeoutError):

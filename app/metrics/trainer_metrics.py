@@ -33,7 +33,7 @@ from typing import Any, TypeVar, assert_never
 from prometheus_client.metrics_core import Metric
 
 from app.metrics.cached_family import Family, Format
-from app.metrics.counted import FAMILIES, CountedFamily, series_of
+from app.metrics.counted import FAMILIES, CountedFamily, Increment, series_of
 from app.metrics.deflate_parts import Part
 from app.metrics.exemplars import Exemplar, exemplar_ref
 from app.metrics.family_kinds import CounterFamily, GaugeFamily, HistogramFamily
@@ -80,8 +80,10 @@ class TrainerMetricState:
         clock: Callable[[], float] = time.monotonic,
         extra_families: Sequence[Family[Any]] = (),
         exemplars: bool = False,
+        defer_publish: Callable[[Callable[[], None]], object] | None = None,
     ) -> None:
-        """``flush_every``, ``publish_interval``: see :class:`app.metrics.series_cache.SeriesCache`.
+        """``flush_every``, ``publish_interval``, ``defer_publish`` (its ``defer``): see
+        :class:`app.metrics.series_cache.SeriesCache`.
         ``zero_hold``: seconds a new counter or histogram series is served as zeros (born at zero); None:
         no hold, every render shows the real values (tests, benchmarks). ``extra_families``: gauge families
         kept by someone else (the opt-in per-TrainJob series, app/metrics/per_job.py), exported after
@@ -121,6 +123,7 @@ class TrainerMetricState:
             publish_interval=publish_interval,
             clock=clock,
             before_publish=self.apply_pending_gauges,
+            defer=defer_publish,
         )
         self._pending_gauges: dict[GaugeKey, int] = {}
         self._gauge_moves = 0
@@ -141,7 +144,16 @@ class TrainerMetricState:
 
     def on_countable(self, event: CountableEvent) -> None:
         """Count an event now (the CountJournal calls this only while leading)."""
+        self._count(event, series_of(event))
+
+    def count(self, event: CountableEvent) -> SeriesRef | None:
+        """``on_countable``, then ``held_series_of``, the event's series looked up once (the served
+        ledger's call for every counted event)."""
         increments = series_of(event)
+        self._count(event, increments)
+        return self._held_of(increments)
+
+    def _count(self, event: CountableEvent, increments: Sequence[Increment]) -> None:
         if not increments:
             return
         add = self._add
@@ -168,18 +180,25 @@ class TrainerMetricState:
             self._gauge_moves = 0
             self._series.tick(moves)
 
-    def apply_pending_gauges(self) -> None:
-        """Apply the TrainJob gauge moves kept so far (every render and publish does; for readers of
-        ``trainjobs``)."""
+    def apply_pending_gauges(self, budget: int | None = None) -> bool:
+        """Apply the TrainJob gauge moves kept so far, or ``budget`` of them; True when none is left.
+        Every render applies all (as must readers of ``trainjobs``); a deferred publish a budget per
+        step: under a firehose a publish interval keeps hundreds, each a series that appears or goes."""
         pending = self._pending_gauges
         if not pending:
-            return
-        self._pending_gauges = {}
+            return True
+        if budget is None or len(pending) <= budget:
+            self._pending_gauges = {}
+            moves: Iterable[tuple[GaugeKey, int]] = pending.items()
+        else:
+            # Each key holds its latest value, so the order they are applied in does not matter.
+            moves = [pending.popitem() for _ in range(budget)]
         family = self.trainjobs
-        for key, value in pending.items():
+        for key, value in moves:
             family.set(key, value)
         if family.changed:
             self._series.invalidate()
+        return not self._pending_gauges
 
     def on_runtimes_changed(self) -> None:
         # Re-read lazily at the next scrape: a burst of runtime events costs one snapshot read.
@@ -224,7 +243,10 @@ class TrainerMetricState:
     def held_series_of(self, event: CountableEvent) -> SeriesRef | None:
         """A series ``event`` incremented that is still shown as zeros, or None: a served render shows
         the event's increments now (all its series are out of their hold)."""
-        for spec, labels, _ in series_of(event):
+        return self._held_of(series_of(event))
+
+    def _held_of(self, increments: Sequence[Increment]) -> SeriesRef | None:
+        for spec, labels, _ in increments:
             family = self._counted[spec]
             if family.held(labels):
                 return family.name, labels

@@ -33,7 +33,7 @@ from app.kube.elector_api import ElectorConfig
 from app.kube.informer import Informer
 from app.kube.informer_telemetry import InformerTelemetry
 from app.kube.lease import KubeLeaseClient, LeaseRecord
-from app.kube.priority import LoopPriority
+from app.kube.priority import LoopPriority, call_after_due_timers
 from app.kube.resources import ResourceKind
 from app.metrics.exposition import MetricsExposition
 from app.metrics.per_job import PerJobHandler, PerJobSeries, PerJobTelemetry
@@ -135,6 +135,7 @@ class Service:
             ),
             zero_hold=self.settings.zero_hold_seconds,
             exemplars=self.settings.exemplars,
+            defer_publish=call_after_due_timers,
         )
 
     def _trainer_state(self, sink: TrainerSink, gauge_sink: TrainerSink) -> TrainerState:

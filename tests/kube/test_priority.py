@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from app.kube.priority import LoopPriority, request_arrived
+from app.kube.priority import LoopPriority, call_after_due_timers, request_arrived
 from tests.support.informer_fakes import Recorder, Thing, obj, running
 from tests.support.informer_rig import Rig, line
 
@@ -16,6 +16,36 @@ async def test_without_urgent_work_a_yield_is_one_loop_turn() -> None:
     priority = LoopPriority(max_wait=10.0)
     await asyncio.wait_for(priority.yield_to_urgent(), 1.0)
     assert priority.deferred == 0
+
+
+async def test_a_timer_due_during_a_slice_runs_before_the_next_slice() -> None:
+    """asyncio runs what ``call_soon`` queued before it moves due timers to the ready queue: a ``sleep(0)``
+    yield would run the next slice ahead of a timer that fell due during the last one (a Lease renewal, a
+    probe's deadline waited two slices, bench P5). The yield resumes behind the due timers instead."""
+    loop = asyncio.get_running_loop()
+    priority = LoopPriority()
+    order: list[str] = []
+
+    async def bulk() -> None:
+        for n in range(3):
+            order.append(f"slice {n}")
+            if n == 0:
+                loop.call_at(loop.time() - 1.0, order.append, "timer")  # fell due during this slice
+            await priority.yield_to_urgent()
+
+    await asyncio.wait_for(bulk(), 1.0)
+    assert order == ["slice 0", "timer", "slice 1", "slice 2"]
+
+
+async def test_work_deferred_after_due_timers_runs_behind_them_as_a_step_of_its_own() -> None:
+    loop = asyncio.get_running_loop()
+    order: list[str] = []
+    done = asyncio.Event()
+    loop.call_at(loop.time() - 1.0, order.append, "timer")
+    call_after_due_timers(lambda: (order.append("deferred"), done.set()))
+    loop.call_soon(order.append, "soon")
+    await asyncio.wait_for(done.wait(), 1.0)
+    assert order == ["soon", "timer", "deferred"]
 
 
 async def test_a_yield_waits_for_the_urgent_section_to_close() -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from app.metrics import cached_family
+from app.metrics import cached_family, series_cache
 from app.metrics.counted import (
     ACCELERATOR_BUCKETS,
     CREATED,
@@ -466,3 +467,36 @@ def test_gauge_moves_wait_for_the_next_publish_or_render_as_one_value_per_series
     for rv in range(flush_every):
         state.on_countable(created(rv, ns="ns"))
     assert state.trainjobs.values[key] == 7
+
+
+def test_a_deferred_publish_runs_as_steps_of_its_own_a_budget_of_gauge_moves_each() -> None:
+    """With ``defer_publish`` (the service's: app/kube/priority.py ``call_after_due_timers``) a due publish
+    does not run inside the change that made it due, which under a watch firehose is an ingestion slice a
+    due timer or a scrape waits for (bench P5): it is scheduled once, and applies the kept gauge moves
+    ``_STEP_BUDGET`` per step, rescheduling itself until none is left; a render meanwhile applies all."""
+    scheduled: list[Callable[[], None]] = []
+    now = [0.0]
+    state = TrainerMetricState(
+        flush_every=1, publish_interval=0.05, clock=lambda: now[0], defer_publish=scheduled.append
+    )
+    state.render_text()
+    moves = series_cache._STEP_BUDGET * 2 + 5
+    for n in range(moves):
+        state.on_jobs_gauge((f"ns-{n}", REF, "running"), 1)
+    assert len(scheduled) == 1  # due at the first move, scheduled once however many follow
+    assert not state.trainjobs.values  # nothing applied inside the moves
+    steps = 0
+    while scheduled:
+        scheduled.pop()()
+        steps += 1
+        assert len(state.trainjobs.values) == min(moves, steps * series_cache._STEP_BUDGET)
+    assert steps == 3 and not state.trainjobs._dirty  # the last step flushed what the moves rendered
+
+    now[0] = 1.0
+    for n in range(moves):
+        state.on_jobs_gauge((f"ns-{n}", REF, "running"), 2)
+    assert len(scheduled) == 1
+    body = state.render_text()  # a scrape before the publish's steps: applies every move itself
+    assert body.count(b',state="running"} 2') == moves
+    scheduled.pop()()
+    assert not scheduled and state.render_text() is body  # the late publish found nothing left
