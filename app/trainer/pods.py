@@ -43,8 +43,9 @@ _SIDECAR: Final = "Always"
 # most this many kept; beyond them each pod keeps its own.
 MAX_SHARED: Final = 4096
 _SHARED_DEVICES: dict[rules.Devices, rules.Devices] = {}
-# A pod's (replicated job, restart attempt, flags): one tuple per distinct value, as for the devices.
-PodTraits = tuple[str, int | None, int]
+# A pod's (replicated job, restart attempt, flags, phase, devices): one tuple per distinct value, as for
+# the devices.
+PodTraits = tuple[str, int | None, int, str, rules.Devices]
 _SHARED_TRAITS: dict[PodTraits, PodTraits] = {}
 _Value = TypeVar("_Value", bound=Hashable)
 
@@ -89,13 +90,12 @@ class PodProjection(msgspec.Struct, frozen=True, gc=False):
     # and its join record share one string (~75 B a job) and the join needs no (namespace, name) tuple.
     trainjob_key: str
     # (replicatedjob-name label or "", restart-attempt label or None when absent or not JobSet's integer,
-    # MALFORMED | IMPLAUSIBLE): the same for most pods of a job, so one tuple per distinct value
-    # (``shared``): with the namespace and the JobSet name derived, eight slots (80 B), not eleven.
+    # MALFORMED | IMPLAUSIBLE, status.phase, the devices held): the same for most pods of a job, so one
+    # tuple per distinct value (``shared``): with the namespace and the JobSet name derived, six slots
+    # (64 B), not eleven.
     traits: PodTraits
     node: str  # spec.nodeName ("" while unbound)
-    phase: str  # status.phase ("Pending" when absent)
     created: float | None  # creationTimestamp, epoch seconds
-    devices: rules.Devices  # held while bound and not finished (rules.pod_devices), shared (``_shared``)
     failure: PodFailure | None = None  # a Failed pod's (None otherwise)
 
     @property
@@ -112,6 +112,16 @@ class PodProjection(msgspec.Struct, frozen=True, gc=False):
     def flags(self) -> int:
         """MALFORMED | IMPLAUSIBLE."""
         return self.traits[2]
+
+    @property
+    def phase(self) -> str:
+        """status.phase ("Pending" when absent)."""
+        return self.traits[3]
+
+    @property
+    def devices(self) -> rules.Devices:
+        """Held while bound and not finished (rules.pod_devices), shared (``_shared``)."""
+        return self.traits[4]
 
     @property
     def uid_key(self) -> bytes | str | None:
@@ -195,10 +205,8 @@ def nameable_by_pods(job: TrainJobProjection) -> bool:
 def _same_but_version(a: PodProjection, b: PodProjection) -> bool:
     fa, fb = a.failure, b.failure
     return (
-        a.phase == b.phase
-        and a.node == b.node
+        a.node == b.node
         and a.traits == b.traits
-        and a.devices == b.devices
         and a.trainjob_key == b.trainjob_key
         and a.created == b.created
         and a.key == b.key
@@ -340,11 +348,9 @@ def build_pod(
     pod = PodProjection(
         key=key,
         trainjob_key=trainjob_key,
-        traits=shared(_SHARED_TRAITS, (replicated_job, attempt, flags)),
+        traits=shared(_SHARED_TRAITS, (replicated_job, attempt, flags, phase_text, devices)),
         node=node_name,
-        phase=phase_text,
         created=rules.parse_time(creation_timestamp),
-        devices=devices,
         failure=failure,
     )
     if previous is not None and _same_but_version(previous, pod):

@@ -122,9 +122,9 @@ def test_a_pod_shares_its_cached_trainjobs_key_string_else_its_jobs_other_pods()
         assert p is not None and p.trainjob_key == "team-a/llama" and p.trainjob_key is llama.key
     first, second = (both(pod(name=n, jobset="gpt")) for n in ("gpt-node-0-0-a", "gpt-node-0-1-b"))
     assert first.trainjob_key == "team-a/gpt" and first.trainjob_key is second.trainjob_key
-    # ... and one (replicated job, restart attempt, flags) tuple: eight slots a pod (80 B), not ten.
-    assert first.traits == ("node", 0, 0) and first.traits is second.traits
-    assert len(msgspec.structs.fields(first)) == 8
+    # ... and one (replicated job, restart attempt, flags, phase, devices) tuple: six slots a pod (64 B).
+    assert first.traits == ("node", 0, 0, first.phase, first.devices) and first.traits is second.traits
+    assert len(msgspec.structs.fields(first)) == 6
     assert (first.jobset, first.namespace) == ("gpt", "team-a")
     no_label = both(pod(jobset=None))
     assert (no_label.trainjob_key, no_label.jobset, no_label.namespace) == ("team-a/", "", "team-a")

@@ -87,8 +87,8 @@ def test_pod_projector_never_raises_and_both_paths_agree(obj: Any) -> None:
 
 
 def without_malformed(pod: Any) -> Any:
-    rjob, attempt, flags = pod.traits
-    return msgspec.structs.replace(pod, traits=(rjob, attempt, flags & ~MALFORMED))
+    rjob, attempt, flags, phase, devices = pod.traits
+    return msgspec.structs.replace(pod, traits=(rjob, attempt, flags & ~MALFORMED, phase, devices))
 
 
 @FUZZ
