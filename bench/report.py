@@ -301,6 +301,12 @@ ROWS: tuple[Row, ...] = (
     Row("P9", "P1 ingest without PromQL-exact counting", "p9_plain_rate", "ev/s", digits=0),
     Row(
         "P9",
+        "with ÷ without, the same lines from memory, in the thread's CPU time (the host's noise left out)",
+        "p9_offline_cpu_ratio",
+        "x",
+    ),
+    Row(
+        "P9",
         "P4 `/metrics` p99 without it (zero hold 0, no journal), big cluster",
         "p9_p4_p99_plain",
         "ms",

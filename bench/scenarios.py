@@ -305,10 +305,16 @@ async def _fetch_lists(url: str) -> list[bytes]:
     return bodies
 
 
-def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
+def _offline_rate(
+    list_bodies: list[bytes],
+    lines: list[bytes],
+    *,
+    exact: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
     """P1 without the socket: the TrainJobs' Cache and Ingest after the three LISTs, wired as P1 is (Decoder,
-    Cache, Ingest, TrainerState, journal, served ledger, metric state), the TrainJobs' ``lines`` fed from
-    memory."""
+    Cache, Ingest, TrainerState, journal, served ledger, metric state; ``exact=False``: P9's baseline), the
+    TrainJobs' ``lines`` fed from memory, timed by ``clock``."""
     from app.kube.informer import cache_and_ingest
     from app.kube.informer_telemetry import InformerCounters
     from app.kube.ingest import Ingest
@@ -318,7 +324,7 @@ def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
         TRAINJOB_PROJECTOR,
     )
 
-    state, metric_state = _pipeline()
+    state, metric_state = _pipeline(exact=exact)
     wiring: tuple[tuple[Any, Any], ...] = (
         (CLUSTER_TRAINING_RUNTIME_PROJECTOR, state.runtime_handler),
         (TRAINING_RUNTIME_PROJECTOR, state.runtime_handler),
@@ -334,17 +340,19 @@ def _offline_rate(list_bodies: list[bytes], lines: list[bytes]) -> float:
         list_rv, _ = ingest.list_page(body, items, unusable)
         ingest.replace(items, list_rv, unusable)
         built.append(ingest)
-    rate = _lines_rate(built[-1].process_line, lines)
+    rate = _lines_rate(built[-1].process_line, lines, clock)
     metric_state.render_text()  # the state really holds what it was fed
     return rate
 
 
-def _lines_rate(process: Callable[[bytes], object], lines: list[bytes]) -> float:
+def _lines_rate(
+    process: Callable[[bytes], object], lines: list[bytes], clock: Callable[[], float] = time.perf_counter
+) -> float:
     gc.collect()
-    t = time.perf_counter()
+    t = clock()
     for line in lines:
         process(line)
-    return len(lines) / (time.perf_counter() - t)
+    return len(lines) / (clock() - t)
 
 
 async def _fetch_lines(url: str, events: int) -> list[bytes]:
@@ -405,6 +413,10 @@ def p1_ingest(sizes: Sizes, work: Path, res: Results) -> None:
             orjson_rate, msgspec_rate = _decode_rates(lines)
             lists = asyncio.run(_fetch_lists(info["url"]))
             offline = _offline_rate(lists, lines)
+            # P9 without the host's noise: the same lines from memory, with and without, in the thread's
+            # CPU time (what the work costs, not how long the host let it run), alternating.
+            cpu = [_offline_rate(lists, lines, exact=e, clock=time.thread_time) for e in (True, False, True)]
+            res.fig("p9_offline_cpu_ratio").add((cpu[0] + cpu[2]) / 2 / cpu[1])
             del lines
             # P1's limit is read just before and just after the live run, and the live rate is compared with
             # the mean of the two: this host's speed drifts by tens of percent within seconds.
