@@ -58,6 +58,9 @@ __all__ = ["SeriesCache"]
 
 # The owner's kept changes a deferred publish applies per loop step (``before_publish``): ~2-3 us each.
 _STEP_BUDGET = 128
+# Steps of one deferred publish at most: under a firehose the changes may come in as fast as the steps take
+# them, and the publish flushes the families after this many, leaving the rest for the next publish.
+_MAX_STEPS = 16
 
 
 class SeriesCache:
@@ -79,6 +82,7 @@ class SeriesCache:
         "_next_publish",
         "_parts",
         "_publish_interval",
+        "_steps",
         "families",
     )
 
@@ -105,7 +109,7 @@ class SeriesCache:
         ``app.kube.priority.call_after_due_timers``); None: at once, inside the change that made it due.
         Under a watch firehose a publish (~1 ms) would otherwise lengthen the ingestion slice it falls in,
         which is how long a due timer or an arriving scrape waits (bench P5); a deferred publish applies the
-        owner's changes ``_STEP_BUDGET`` at a time, a step each."""
+        owner's changes ``_STEP_BUDGET`` at a time, a step each, at most ``_MAX_STEPS`` steps."""
         if flush_every < 0:
             raise ValueError("flush_every must be >= 0")
         if publish_interval < 0:
@@ -120,6 +124,7 @@ class SeriesCache:
         self._before_publish = before_publish
         self._defer = defer
         self._deferred = False  # a publish is scheduled
+        self._steps = 0  # steps the scheduled publish has taken
         # Per format, None while stale. The bodies are joined from the parts only when asked for: a gzip
         # scrape reads the parts alone.
         self._parts: list[tuple[Part, ...] | None] = [None] * len(Format)
@@ -153,11 +158,13 @@ class SeriesCache:
     def _deferred_publish(self) -> None:
         # A render meanwhile flushed everything already: then this finds nothing to do.
         before = self._before_publish
-        if before is not None and not before(_STEP_BUDGET):
+        self._steps += 1
+        if before is not None and not before(_STEP_BUDGET) and self._steps < _MAX_STEPS:
             assert self._defer is not None
             self._defer(self._deferred_publish)
             return
         self._deferred = False
+        self._steps = 0
         self._flush()
 
     def _publish(self) -> None:

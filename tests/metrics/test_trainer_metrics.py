@@ -500,3 +500,26 @@ def test_a_deferred_publish_runs_as_steps_of_its_own_a_budget_of_gauge_moves_eac
     assert body.count(b',state="running"} 2') == moves
     scheduled.pop()()
     assert not scheduled and state.render_text() is body  # the late publish found nothing left
+
+
+def test_a_deferred_publish_ends_after_its_step_limit_while_moves_keep_coming() -> None:
+    """Under a firehose the moves may come in as fast as the steps take them: the publish flushes after
+    ``_MAX_STEPS`` steps and leaves what is still kept for the next publish or render, so it ends."""
+    scheduled: list[Callable[[], None]] = []
+    state = TrainerMetricState(
+        flush_every=1, publish_interval=10.0, clock=lambda: 0.0, defer_publish=scheduled.append
+    )
+    state.render_text()
+    fresh = iter(range(10**6))
+    for _ in range(series_cache._STEP_BUDGET + 1):
+        state.on_jobs_gauge((f"ns-{next(fresh)}", REF, "running"), 1)
+    steps = 0
+    while scheduled:
+        scheduled.pop()()
+        steps += 1
+        for _ in range(series_cache._STEP_BUDGET + 1):  # one more than a step takes
+            state.on_jobs_gauge((f"ns-{next(fresh)}", REF, "running"), 1)
+    assert steps == series_cache._MAX_STEPS
+    assert state._pending_gauges  # left for the next publish
+    body = state.render_text()  # which a render applies in full
+    assert body.count(b'state="running"} 1') == next(fresh)
