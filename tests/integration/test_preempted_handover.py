@@ -32,19 +32,20 @@ LEASE_NS, LEASE_NAME = "default", "trainer-metrics"
 
 
 def tap_edges(service: Service, sink: list[tuple[str, str, str]]) -> None:
-    """Record (identity, kind, uid) of every time-to-running / admission edge ``service`` counts."""
+    """Record (identity, kind, uid) of every time-to-running / admission edge ``service`` counts (through
+    the served ledger's ``count``, its only way in while leading)."""
     state = service.metric_state
-    original = state.on_countable
+    original = state.count
     identity = service.settings.identity
 
-    def on_countable(event: Any) -> None:
+    def count(event: Any) -> Any:
         if isinstance(event, JobStarted):
             sink.append((identity, "started", event.uid))
         elif isinstance(event, JobAdmitted):
             sink.append((identity, "admitted", event.uid))
-        original(event)
+        return original(event)
 
-    state.on_countable = on_countable  # type: ignore[method-assign]
+    state.count = count  # type: ignore[method-assign]
 
 
 def lease_says_ran(sim: SimulatedCluster, uid: str) -> bool:

@@ -207,24 +207,32 @@ class CountedEvent:
 
 
 def tap_counted(service: Service, sink: list[CountedEvent]) -> None:
-    """Record every event ``service`` counts into ``sink`` (wraps its metric state; counting unchanged)."""
+    """Record every event ``service`` counts into ``sink`` (wraps its metric state; counting unchanged).
+    Both ways in are wrapped: the served ledger calls ``count``, a sink without one ``on_countable``."""
     state = service.metric_state
-    original = state.on_countable
+    on_countable, count = state.on_countable, state.count
     identity = service.settings.identity
 
-    def on_countable(event: Any) -> None:
+    def record(event: Any) -> None:
         if hasattr(event, "result"):
             labels: tuple[str, ...] = (event.result, event.reason, event.runtime_ref)
             kind = "finished"
         elif hasattr(event, "requested_nodes"):
             labels, kind = (event.namespace, event.runtime_ref), "created"
         else:  # time to running, admission wait: histograms only, not the counters compared here
-            original(event)
             return
         sink.append(CountedEvent(time.monotonic(), identity, kind, event.uid, event.rv, labels))
-        original(event)
 
-    state.on_countable = on_countable  # type: ignore[method-assign]
+    def tapped_on_countable(event: Any) -> None:
+        record(event)
+        on_countable(event)
+
+    def tapped_count(event: Any) -> Any:
+        record(event)
+        return count(event)
+
+    state.on_countable = tapped_on_countable  # type: ignore[method-assign]
+    state.count = tapped_count  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)
