@@ -123,7 +123,8 @@ def test_a_pod_shares_its_cached_trainjobs_key_string_else_its_jobs_other_pods()
     first, second = (both(pod(name=n, jobset="gpt")) for n in ("gpt-node-0-0-a", "gpt-node-0-1-b"))
     assert first.trainjob_key == "team-a/gpt" and first.trainjob_key is second.trainjob_key
     # ... and one (replicated job, restart attempt, flags, phase, devices) tuple: six slots a pod (64 B).
-    assert first.traits == ("node", 0, 0, first.phase, first.devices) and first.traits is second.traits
+    assert first.traits == ("node", 0, 0, "Running", (("nvidia.com/gpu", 8),))
+    assert first.traits is second.traits
     assert len(msgspec.structs.fields(first)) == 6
     assert (first.jobset, first.namespace) == ("gpt", "team-a")
     no_label = both(pod(jobset=None))
